@@ -1,0 +1,90 @@
+//! The `core` suite: context switch, coroutine lifecycle, shared (copying) stacks and memory per
+//! suspended coroutine.
+//!
+//! Peer impls live in [`peers`]; Spindle's in [`spindle`]. Bench and impl names are the ones
+//! the issue lists; do not rename them (they are the keys of the JSON report).
+
+mod peers;
+mod spindle;
+
+use crate::harness::{Bench, Impl, Suite, Unit};
+
+/// Stack size for `create_run_drop`, the same for every impl that takes one.
+pub const STACK_SIZE: usize = 64 * 1024;
+
+pub use spindle::backend_name;
+
+pub fn suite() -> Suite {
+    Suite {
+        name: "core",
+        about: "context switch, create/run/drop, shared-stack resume, memory per coroutine",
+        benches: vec![
+            Bench {
+                name: "switch",
+                unit: Unit::Ns,
+                reference: Some("corosensei"),
+                published: &[],
+                impls: vec![
+                    Impl::in_process("spindle", spindle::switch),
+                    Impl::boost("spindle-boost"),
+                    Impl::in_process("corosensei", peers::corosensei_switch),
+                    Impl::in_process("generator", peers::generator_switch),
+                ],
+            },
+            Bench {
+                name: "create_run_drop",
+                unit: Unit::Ns,
+                reference: Some("corosensei"),
+                published: &[],
+                impls: vec![
+                    Impl::in_process("spindle", spindle::create_run_drop),
+                    Impl::in_process("corosensei", peers::corosensei_create_run_drop),
+                    Impl::in_process("std-thread", peers::std_thread_spawn_join),
+                ],
+            },
+            Bench {
+                name: "shared_resume_8",
+                unit: Unit::Ns,
+                reference: None,
+                published: &["libaco (published): 33 ns at 8 B"],
+                impls: vec![Impl::in_process("spindle", |c| {
+                    spindle::shared_resume(c, 8)
+                })],
+            },
+            Bench {
+                name: "shared_resume_1000",
+                unit: Unit::Ns,
+                reference: None,
+                published: &["libaco (published): 211 ns at 1000 B"],
+                impls: vec![Impl::in_process("spindle", |c| {
+                    spindle::shared_resume(c, 1000)
+                })],
+            },
+            Bench {
+                name: "shared_resume_8192",
+                unit: Unit::Ns,
+                reference: None,
+                published: &["libaco (published): 1090 ns at 7992 B"],
+                impls: vec![Impl::in_process("spindle", |c| {
+                    spindle::shared_resume(c, 8192)
+                })],
+            },
+            Bench {
+                name: "mem_shared_1m",
+                unit: Unit::Bytes,
+                reference: None,
+                published: &[],
+                impls: vec![Impl::child("spindle", |c| {
+                    spindle::mem_shared(c, 1_000_000)
+                })],
+            },
+            Bench {
+                name: "mem_pooled_30k",
+                unit: Unit::Bytes,
+                reference: None,
+                published: &[],
+                impls: vec![Impl::child("spindle", |c| spindle::mem_pooled(c, 30_000))],
+            },
+        ],
+    }
+}

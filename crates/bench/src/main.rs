@@ -1,0 +1,184 @@
+//! `spindle-bench`: side-by-side benchmarks of Spindle against its peers.
+//!
+//! ```text
+//! spindle-bench <suite> [--quick] [--json PATH] [--filter SUBSTRING] [--rounds N]
+//! spindle-bench measure <bench> <impl> [--quick]    (prints `value=<f64>`; used for child runs)
+//! spindle-bench list
+//! spindle-bench backend                             (prints `native` or `boost`)
+//! ```
+//!
+//! Normally run through `cargo xtask bench <suite> ...`, which builds this binary in release,
+//! builds the boost-backend copy for the `spindle-boost` impl and passes its path in
+//! `SPINDLE_BENCH_BOOST_BIN`. See `harness` for how values are measured.
+
+mod core;
+mod harness;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use harness::{Ctx, How, RunOptions, Suite};
+
+/// Every suite, in `list` order.
+fn suites() -> Vec<Suite> {
+    vec![core::suite()]
+}
+
+const USAGE: &str = "\
+usage:
+  spindle-bench <suite> [--quick] [--json PATH] [--filter SUBSTRING] [--rounds N]
+  spindle-bench measure <bench> <impl> [--quick]
+  spindle-bench list
+  spindle-bench backend
+
+  --quick          15 ms per time sample and 3 rounds (default 100 ms and 9)
+  --json PATH      write the results (value = median) as JSON
+  --filter S       only benches whose name contains S
+  --rounds N       number of side-by-side rounds";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("spindle-bench: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(args: &[String]) -> Result<ExitCode, String> {
+    let Some(first) = args.first() else {
+        return Err(format!("no suite given\n{USAGE}"));
+    };
+    match first.as_str() {
+        "-h" | "--help" | "help" => {
+            println!("{USAGE}");
+            Ok(ExitCode::SUCCESS)
+        }
+        "list" => {
+            for suite in suites() {
+                println!("{}: {}", suite.name, suite.about);
+                for b in &suite.benches {
+                    let impls: Vec<&str> = b.impls.iter().map(|i| i.name).collect();
+                    println!(
+                        "  {:<20} {:<14} {}",
+                        b.name,
+                        b.unit.as_str(),
+                        impls.join(", ")
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        "backend" => {
+            println!("{}", core::backend_name());
+            Ok(ExitCode::SUCCESS)
+        }
+        "measure" => measure(&args[1..]),
+        name => {
+            let suites = suites();
+            let Some(suite) = suites.iter().find(|s| s.name == name) else {
+                let names: Vec<&str> = suites.iter().map(|s| s.name).collect();
+                return Err(format!(
+                    "unknown suite `{name}` (suites: {})\n{USAGE}",
+                    names.join(", ")
+                ));
+            };
+            let opts = parse_run_options(&args[1..])?;
+            let ok = harness::run_suite(suite, &opts)?;
+            Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+    }
+}
+
+fn parse_run_options(args: &[String]) -> Result<RunOptions, String> {
+    let mut quick = false;
+    let mut json = None;
+    let mut filter = None;
+    let mut rounds = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |flag: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))
+        };
+        match a.as_str() {
+            "--quick" => quick = true,
+            "--json" => json = Some(PathBuf::from(value("--json")?)),
+            "--filter" => filter = Some(value("--filter")?),
+            "--rounds" => {
+                let v = value("--rounds")?;
+                let n: usize = v
+                    .parse()
+                    .map_err(|_| format!("--rounds {v}: not a number"))?;
+                if n == 0 {
+                    return Err("--rounds must be at least 1".into());
+                }
+                rounds = Some(n);
+            }
+            other => return Err(format!("unknown argument `{other}`\n{USAGE}")),
+        }
+    }
+    let rounds = rounds.unwrap_or(if quick { 3 } else { 9 });
+    Ok(RunOptions {
+        quick,
+        rounds,
+        json,
+        filter,
+    })
+}
+
+/// `measure <bench> <impl> [--quick]`: measures one value in this process, prints `value=<f64>`.
+fn measure(args: &[String]) -> Result<ExitCode, String> {
+    let (bench_name, impl_name, rest) = match args {
+        [b, i, rest @ ..] => (b.as_str(), i.as_str(), rest),
+        _ => return Err(format!("measure needs <bench> <impl>\n{USAGE}")),
+    };
+    let quick = match rest {
+        [] => false,
+        [q] if q == "--quick" => true,
+        _ => return Err(format!("measure: unexpected arguments {rest:?}\n{USAGE}")),
+    };
+    let suites = suites();
+    let bench = suites
+        .iter()
+        .flat_map(|s| s.benches.iter())
+        .find(|b| b.name == bench_name)
+        .ok_or_else(|| {
+            format!("measure: unknown bench `{bench_name}` (see `spindle-bench list`)")
+        })?;
+    let imp = bench
+        .impls
+        .iter()
+        .find(|i| i.name == impl_name)
+        .ok_or_else(|| {
+            format!(
+                "measure: bench `{bench_name}` has no impl `{impl_name}` (see `spindle-bench list`)"
+            )
+        })?;
+    let f = match imp.how {
+        How::InProcess(f) | How::Child(f) => f,
+        How::BoostBinary => {
+            return Err(format!(
+                "measure: `{impl_name}` is measured by running `$SPINDLE_BENCH_BOOST_BIN measure \
+                 {bench_name} spindle`, not in this binary"
+            ));
+        }
+    };
+    match harness::measure_here(f, &Ctx::new(quick)) {
+        Ok(v) => {
+            println!("value={v}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("spindle-bench measure {bench_name} {impl_name}: error: {e}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}

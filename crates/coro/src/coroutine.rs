@@ -1,0 +1,790 @@
+//! The coroutine: creation, resume, and the forced unwind on drop.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::mem::{self, ManuallyDrop};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::ptr::{self, NonNull};
+
+use spindle_context::{Context, Entry, Link, STACK_RESERVED, Transfer};
+use spindle_stack::{Owner, SharedSlot, SharedStack, Stack, StackError, StackPool};
+
+use crate::exchange::{
+    Exchange, ExchangeHead, ForcedUnwind, PANICKED, RETURNED, Start, UNWIND, UNWOUND, YIELDED,
+};
+use crate::{DefaultStack, Yielder, id};
+
+/// What a [`resume`](Coroutine::resume) produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CoroutineResult<Yield, Return> {
+    /// The coroutine suspended with this value; it can be resumed again.
+    Yield(Yield),
+    /// The coroutine's closure returned this value; the coroutine is finished.
+    Return(Return),
+}
+
+impl<Yield, Return> CoroutineResult<Yield, Return> {
+    /// The yielded value, if the coroutine suspended.
+    pub fn into_yield(self) -> Option<Yield> {
+        match self {
+            CoroutineResult::Yield(y) => Some(y),
+            CoroutineResult::Return(_) => None,
+        }
+    }
+
+    /// The return value, if the coroutine finished.
+    pub fn into_return(self) -> Option<Return> {
+        match self {
+            CoroutineResult::Yield(_) => None,
+            CoroutineResult::Return(r) => Some(r),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Made, never resumed: the closure waits in `initial`.
+    NotStarted,
+    /// Suspended in `Yielder::suspend`: `context` holds it.
+    Suspended,
+    /// Returned, panicked or unwound: nothing of it is left on its stack.
+    Finished,
+}
+
+/// The closure of a coroutine that has not started, type-erased.
+struct Initial {
+    /// Where the closure is: at the top of the coroutine's stack, or in a `Box`.
+    closure: NonNull<u8>,
+    /// Drops the closure without running it (the coroutine is dropped before it started).
+    drop: unsafe fn(NonNull<u8>),
+    /// Frees the closure's memory after the entry moved the closure out (no-op on the stack).
+    release: unsafe fn(NonNull<u8>),
+    /// The monomorphised entry function, for stacks whose first frame is built on first resume.
+    entry: Entry,
+}
+
+/// A stackful coroutine: a closure running on its own stack, which can suspend at any depth.
+///
+/// `Input` is what [`resume`](Coroutine::resume) sends in (the closure's second argument for
+/// the first resume, the return value of [`Yielder::suspend`] afterwards), `Yield` what the
+/// coroutine hands out when it suspends, `Return` what its closure returns. `S` is the stack
+/// kind (see the [crate docs](crate#stacks)).
+///
+/// See the [crate docs](crate) for an example and the guarantees: panics cross back to the
+/// resumer, dropping unwinds the coroutine's stack, `mem::forget` only leaks, and a coroutine
+/// stays on its thread.
+pub struct Coroutine<Input, Yield, Return, S: Stack = DefaultStack> {
+    /// Dropped by hand: after the coroutine's frames are gone, or never if they cannot be
+    /// unwound (then it leaks, like `mem::forget`).
+    stack: ManuallyDrop<S>,
+    /// The suspended coroutine (`Suspended`, or `NotStarted` on a stack that is not copying).
+    context: Option<Context>,
+    /// The slot at the top of the stack through which the coroutine finds its resumer.
+    link: Link,
+    /// The closure, until the first resume.
+    initial: Option<Initial>,
+    state: State,
+    id: u64,
+    /// `!Send` and `!Sync`: a started stack may hold thread-bound data. The function types make
+    /// the struct covariant/contravariant the way its uses are.
+    _marker: PhantomData<(*mut (), fn(Input) -> (Yield, Return))>,
+}
+
+/// Why [`Coroutine::try_resume`] did not resume; the input comes back.
+pub struct ResumeError<Input> {
+    /// What went wrong.
+    pub kind: ResumeErrorKind,
+    /// The input that was not delivered.
+    pub input: Input,
+}
+
+/// The reasons a resume can be refused.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ResumeErrorKind {
+    /// The coroutine has already finished (returned or panicked).
+    Finished,
+    /// A copying stack could not be switched to this coroutine (see
+    /// [`Stack::before_resume`]): the save buffer of the region's occupant could not be
+    /// allocated, or the region is in use by a running coroutine.
+    Stack(StackError),
+}
+
+impl<Input> fmt::Debug for ResumeError<Input> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResumeError")
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<Input> fmt::Display for ResumeError<Input> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            ResumeErrorKind::Finished => f.write_str(
+                "cannot resume a coroutine that has finished (check `is_finished()` first)",
+            ),
+            ResumeErrorKind::Stack(e) => write!(f, "cannot resume the coroutine: {e}"),
+        }
+    }
+}
+
+impl<Input> std::error::Error for ResumeError<Input> {}
+
+/// Closures larger than this go in a `Box` instead of on the coroutine's stack, so that a huge
+/// capture cannot eat the stack.
+const MAX_CLOSURE_ON_STACK: usize = 1024;
+
+impl<Input, Yield, Return> Coroutine<Input, Yield, Return, DefaultStack>
+where
+    Input: 'static,
+    Yield: 'static,
+    Return: 'static,
+{
+    /// A coroutine running `f` on a stack from the global [`StackPool`].
+    ///
+    /// Nothing runs until the first [`resume`](Coroutine::resume), whose input becomes `f`'s
+    /// second argument.
+    ///
+    /// # Errors
+    ///
+    /// The pool could not provide a stack (out of memory, or the `vm.max_map_count` limit —
+    /// the error says which and what to do).
+    pub fn new<F>(f: F) -> Result<Self, StackError>
+    where
+        F: FnOnce(&Yielder<Input, Yield>, Input) -> Return + 'static,
+    {
+        Builder::new().build(f)
+    }
+}
+
+impl<Input, Yield, Return, S> Coroutine<Input, Yield, Return, S>
+where
+    Input: 'static,
+    Yield: 'static,
+    Return: 'static,
+    S: Stack,
+{
+    /// A coroutine running `f` on `stack`. The stack is released (dropped) after the coroutine
+    /// is dropped and its frames are gone.
+    ///
+    /// For a [`SharedStack`] use [`with_shared_stack`](Coroutine::with_shared_stack); passing a
+    /// copying stack here is a compile-time error.
+    ///
+    /// ```
+    /// use spindle_coro::{Coroutine, CoroutineResult};
+    /// use spindle_stack::GrowableStack;
+    ///
+    /// let stack = GrowableStack::new(16 * 1024, 8 * 1024 * 1024)?;
+    /// let mut co = Coroutine::with_stack(stack, |_: &spindle_coro::Yielder<(), ()>, ()| 42);
+    /// assert_eq!(co.resume(()), CoroutineResult::Return(42));
+    /// # Ok::<(), spindle_stack::StackError>(())
+    /// ```
+    pub fn with_stack<F>(stack: S, f: F) -> Self
+    where
+        F: FnOnce(&Yielder<Input, Yield>, Input) -> Return + 'static,
+    {
+        Builder::new().build_with_stack(stack, f)
+    }
+}
+
+impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
+    /// The coroutine's id: unique in this process, and what a stack-overflow message prints
+    /// for an unnamed coroutine.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// True once the closure has returned or panicked (or the coroutine was unwound).
+    pub fn is_finished(&self) -> bool {
+        self.state == State::Finished
+    }
+
+    /// True once the coroutine has been resumed at least once.
+    pub fn is_started(&self) -> bool {
+        self.state != State::NotStarted
+    }
+
+    /// The stack the coroutine runs on.
+    pub fn stack(&self) -> &S {
+        &self.stack
+    }
+
+    /// Runs the coroutine until it suspends or finishes.
+    ///
+    /// On the first call, `input` is the closure's second argument; afterwards it is what the
+    /// pending [`Yielder::suspend`] returns.
+    ///
+    /// # Panics
+    ///
+    /// * If the coroutine panics, the panic is re-raised here with its payload (the coroutine
+    ///   is then finished).
+    /// * If the coroutine has already finished, or — for shared stacks only — if the switch
+    ///   cannot happen (see [`try_resume`](Coroutine::try_resume), which returns these as
+    ///   errors instead).
+    #[inline]
+    pub fn resume(&mut self, input: Input) -> CoroutineResult<Yield, Return> {
+        match self.try_resume(input) {
+            Ok(result) => result,
+            Err(e) => resume_failed(&e),
+        }
+    }
+
+    /// Like [`resume`](Coroutine::resume), but returns the input with an error instead of
+    /// panicking when the coroutine cannot be resumed: it has finished, or its copying stack
+    /// could not be switched (out of memory for the save buffer, or the region is occupied by
+    /// the running coroutine — a coroutine cannot resume another one on its own region).
+    /// A panic inside the coroutine is still re-raised.
+    #[inline]
+    pub fn try_resume(
+        &mut self,
+        input: Input,
+    ) -> Result<CoroutineResult<Yield, Return>, ResumeError<Input>> {
+        match self.state {
+            State::Suspended => {}
+            State::NotStarted => return self.start(input),
+            State::Finished => {
+                return Err(ResumeError {
+                    kind: ResumeErrorKind::Finished,
+                    input,
+                });
+            }
+        }
+        if S::COPYING {
+            let sp = self.context.as_ref().map(Context::as_ptr);
+            // SAFETY: we are on the thread that owns the stack (the coroutine is !Send), in the
+            // resumer, not on the region (a coroutine running on it would be its occupant and
+            // make this fail with `SharedStackBusy`).
+            if let Err(e) = unsafe { self.stack.before_resume(sp) } {
+                return Err(ResumeError {
+                    kind: ResumeErrorKind::Stack(e),
+                    input,
+                });
+            }
+        }
+        let mut exchange = Exchange::<Input, Yield, Return>::new(Some(input));
+        let Some(context) = self.context.take() else {
+            unreachable!("a suspended coroutine has a context")
+        };
+        // SAFETY: the coroutine is suspended in `Yielder::suspend` on its own stack, which is
+        // alive (we own it) and holds its bytes (restored just above for a copying stack);
+        // `link` is that stack's link slot; the exchange outlives the switch.
+        let t = unsafe { context.resume(&mut exchange as *mut _ as usize, self.link) };
+        Ok(self.switched_back(t, &mut exchange))
+    }
+
+    /// The first resume: moves the closure onto the coroutine's stack and runs it.
+    fn start(
+        &mut self,
+        input: Input,
+    ) -> Result<CoroutineResult<Yield, Return>, ResumeError<Input>> {
+        let Some(initial) = self.initial.take() else {
+            unreachable!("a coroutine that has not started has its closure")
+        };
+        if S::COPYING {
+            // SAFETY: as in `try_resume`; nothing to restore yet.
+            if let Err(e) = unsafe { self.stack.before_resume(None) } {
+                self.initial = Some(initial);
+                return Err(ResumeError {
+                    kind: ResumeErrorKind::Stack(e),
+                    input,
+                });
+            }
+            let top = self.stack.top();
+            // SAFETY: the region is ours now (we are its occupant) and `top` is its top.
+            self.context =
+                Some(unsafe { Context::new(top, self.stack.usable_size(), initial.entry) });
+        }
+        let mut exchange = Exchange::<Input, Yield, Return>::new(Some(input));
+        let start = Start::<Input, Yield, Return> {
+            exchange: &mut exchange,
+            closure: initial.closure.as_ptr(),
+            link: self.link,
+        };
+        let Some(context) = self.context.take() else {
+            unreachable!("a coroutine that has not started has its first context")
+        };
+        self.state = State::Suspended;
+        // SAFETY: `context` is fresh, made on this coroutine's stack with this link; `start` and
+        // the exchange outlive the switch.
+        let t = unsafe { context.resume(&start as *const _ as usize, self.link) };
+        // The entry moved the closure out before doing anything else.
+        // SAFETY: the closure's memory is not used any more.
+        unsafe { (initial.release)(initial.closure) };
+        Ok(self.switched_back(t, &mut exchange))
+    }
+
+    /// Interprets the word the coroutine switched back with.
+    #[inline]
+    fn switched_back(
+        &mut self,
+        t: Transfer,
+        exchange: &mut Exchange<Input, Yield, Return>,
+    ) -> CoroutineResult<Yield, Return> {
+        match t.data {
+            YIELDED => {
+                if S::COPYING {
+                    // SAFETY: the coroutine has just suspended with this stack pointer.
+                    unsafe { self.stack.after_suspend(t.context.as_ptr()) };
+                }
+                self.context = Some(t.context);
+                // SAFETY: the coroutine wrote the yielded value before switching with YIELDED.
+                CoroutineResult::Yield(unsafe { exchange.head.yielded.assume_init_read() })
+            }
+            RETURNED => {
+                self.finished();
+                // SAFETY: written before switching with RETURNED.
+                CoroutineResult::Return(unsafe { exchange.returned.assume_init_read() })
+            }
+            PANICKED => {
+                self.finished();
+                // SAFETY: written before switching with PANICKED.
+                resume_unwind(unsafe { exchange.panic.assume_init_read() })
+            }
+            other => unreachable!("a plain resume is never answered with {other}"),
+        }
+    }
+
+    fn finished(&mut self) {
+        self.state = State::Finished;
+        if S::COPYING {
+            // SAFETY: the coroutine finished; nothing of it is left on the region.
+            unsafe { self.stack.after_finish() };
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn resume_failed<Input>(e: &ResumeError<Input>) -> ! {
+    panic!("{e}")
+}
+
+impl<Input, Yield, Return, S: Stack> Drop for Coroutine<Input, Yield, Return, S> {
+    fn drop(&mut self) {
+        match self.state {
+            State::NotStarted => {
+                if let Some(initial) = self.initial.take() {
+                    // SAFETY: the closure never ran; it is dropped exactly once.
+                    unsafe { (initial.drop)(initial.closure) };
+                }
+            }
+            State::Suspended => {
+                if !self.force_unwind() {
+                    // Its frames could not be unwound: leak the stack with them, exactly as
+                    // `mem::forget` would (freeing it could break pinned values on it).
+                    return;
+                }
+            }
+            State::Finished => {}
+        }
+        // SAFETY: the coroutine's frames are gone (never started, unwound, or finished), and
+        // the stack is dropped exactly once (`force_unwind` unwinds out of here if it dropped
+        // it itself).
+        unsafe { ManuallyDrop::drop(&mut self.stack) };
+    }
+}
+
+impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
+    /// Unwinds a suspended coroutine's stack: resumes it with the UNWIND flag, so its pending
+    /// `suspend` unwinds, until it has finished. Returns false if it could not even be switched
+    /// to (a copying stack that cannot take it back): then its frames must be leaked.
+    fn force_unwind(&mut self) -> bool {
+        let mut escaped = None;
+        while self.state == State::Suspended {
+            if S::COPYING {
+                let sp = self.context.as_ref().map(Context::as_ptr);
+                // SAFETY: as in `try_resume`.
+                if unsafe { self.stack.before_resume(sp) }.is_err() {
+                    return false;
+                }
+            }
+            let mut exchange = Exchange::<Input, Yield, Return>::new(None);
+            let Some(context) = self.context.take() else {
+                unreachable!("a suspended coroutine has a context")
+            };
+            let word = (&mut exchange as *mut Exchange<Input, Yield, Return> as usize) | UNWIND;
+            // SAFETY: as in `try_resume`; with UNWIND set the coroutine reads no input.
+            let t = unsafe { context.resume(word, self.link) };
+            match t.data {
+                YIELDED => {
+                    // It caught the unwind and suspended again; that `suspend` unwinds at once
+                    // on the next round. Drop what it yielded.
+                    if S::COPYING {
+                        // SAFETY: it has just suspended with this stack pointer.
+                        unsafe { self.stack.after_suspend(t.context.as_ptr()) };
+                    }
+                    self.context = Some(t.context);
+                    // SAFETY: written before switching with YIELDED.
+                    drop(unsafe { exchange.head.yielded.assume_init_read() });
+                }
+                RETURNED => {
+                    self.finished();
+                    // SAFETY: written before switching with RETURNED.
+                    drop(unsafe { exchange.returned.assume_init_read() });
+                }
+                PANICKED => {
+                    self.finished();
+                    // SAFETY: written before switching with PANICKED.
+                    escaped = Some(unsafe { exchange.panic.assume_init_read() });
+                }
+                _ => self.finished(), // UNWOUND
+            }
+        }
+        if let Some(payload) = escaped {
+            // A new panic escaped while the coroutine unwound (its code caught the forced
+            // unwind and panicked). Propagate it like a panic from a destructor — unless we are
+            // already unwinding, where a second panic would abort; then it is dropped.
+            if !std::thread::panicking() {
+                // SAFETY: the coroutine is finished and its frames are gone; we unwind out of
+                // `Drop` right after, so the stack is not dropped twice.
+                unsafe { ManuallyDrop::drop(&mut self.stack) };
+                resume_unwind(payload);
+            }
+        }
+        true
+    }
+}
+
+impl<Input, Yield, Return, S: Stack> fmt::Debug for Coroutine<Input, Yield, Return, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Coroutine")
+            .field("id", &self.id)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The entry function of every coroutine, monomorphised per closure type.
+extern "C" fn coroutine_entry<F, Input, Yield, Return>(t: Transfer) -> !
+where
+    F: FnOnce(&Yielder<Input, Yield>, Input) -> Return,
+{
+    // SAFETY: the first resume passes a `Start` that lives in the resumer's frame for as long
+    // as the resumer is suspended; we read it before anything else.
+    let start = unsafe { &*(t.data as *const Start<Input, Yield, Return>) };
+    let link = start.link;
+    let exchange = start.exchange;
+    // SAFETY: the closure was written for us and is moved out exactly once, here; the resumer
+    // frees its memory (without dropping it) once we switch back.
+    let f = unsafe { ptr::read(start.closure.cast::<F>()) };
+    let yielder = Yielder::new(link, exchange.cast::<ExchangeHead<Input, Yield>>());
+    // SAFETY: the first resume wrote the input.
+    let input = unsafe { (*exchange).head.input.assume_init_read() };
+    let outcome = catch_unwind(AssertUnwindSafe(|| f(&yielder, input)));
+    // The exchange of the resume that is running us now (suspends replaced it).
+    let exchange = yielder.exchange().cast::<Exchange<Input, Yield, Return>>();
+    let tag = match outcome {
+        Ok(value) => {
+            // SAFETY: the current resumer's exchange, alive while it waits for us.
+            unsafe { (*exchange).returned.write(value) };
+            RETURNED
+        }
+        Err(payload) if payload.is::<ForcedUnwind>() && yielder.is_unwinding() => UNWOUND,
+        Err(payload) => {
+            // SAFETY: as above.
+            unsafe { (*exchange).panic.write(payload) };
+            PANICKED
+        }
+    };
+    // Nothing with a destructor is left on this stack. Switch back for the last time.
+    // SAFETY: we were entered by `Context::resume` with this link.
+    unsafe { spindle_context::suspend(link, tag) };
+    // A finished coroutine is never resumed (its state says Finished).
+    std::process::abort()
+}
+
+/// Configures a coroutine before creating it: its name (printed by a stack-overflow message).
+///
+/// ```
+/// use spindle_coro::{Builder, CoroutineResult};
+///
+/// let mut co = Builder::new().name("tokenizer").build(|yielder, text: &'static str| {
+///     for word in text.split(' ') {
+///         yielder.suspend(word);
+///     }
+/// })?;
+/// assert_eq!(co.resume("a b"), CoroutineResult::Yield("a"));
+/// assert_eq!(co.resume(""), CoroutineResult::Yield("b"));
+/// assert_eq!(co.resume(""), CoroutineResult::Return(()));
+/// # Ok::<(), spindle_stack::StackError>(())
+/// ```
+#[derive(Debug, Default, Clone)]
+pub struct Builder {
+    name: Option<String>,
+}
+
+impl Builder {
+    /// A builder with no name.
+    pub fn new() -> Self {
+        Builder::default()
+    }
+
+    /// Names the coroutine (only the first 48 bytes are kept by stacks for messages).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Creates the coroutine on a stack from the global [`StackPool`].
+    ///
+    /// # Errors
+    ///
+    /// The pool could not provide a stack; see [`StackError`].
+    pub fn build<Input, Yield, Return, F>(
+        self,
+        f: F,
+    ) -> Result<Coroutine<Input, Yield, Return>, StackError>
+    where
+        F: FnOnce(&Yielder<Input, Yield>, Input) -> Return + 'static,
+        Input: 'static,
+        Yield: 'static,
+        Return: 'static,
+    {
+        spindle_stack::prepare_thread()?;
+        let stack = StackPool::global().get()?;
+        Ok(self.assemble(stack, f))
+    }
+
+    /// Creates the coroutine on `stack` (any kind but a copying one; see
+    /// [`build_shared`](Builder::build_shared)).
+    pub fn build_with_stack<Input, Yield, Return, S, F>(
+        self,
+        stack: S,
+        f: F,
+    ) -> Coroutine<Input, Yield, Return, S>
+    where
+        F: FnOnce(&Yielder<Input, Yield>, Input) -> Return + 'static,
+        Input: 'static,
+        Yield: 'static,
+        Return: 'static,
+        S: Stack,
+    {
+        const {
+            assert!(
+                !S::COPYING,
+                "copying (shared) stacks need `Coroutine::with_shared_stack` / `Builder::build_shared`"
+            )
+        };
+        // Without an alternate signal stack an overflow still dies, just as a bare SIGSEGV
+        // instead of the message; not worth failing the creation for.
+        let _ = spindle_stack::prepare_thread();
+        self.assemble(stack, f)
+    }
+
+    /// Creates the coroutine on the shared `region`: see
+    /// [`Coroutine::with_shared_stack`] for the contract.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Coroutine::with_shared_stack`].
+    pub unsafe fn build_shared<Input, Yield, Return, F>(
+        self,
+        region: &SharedStack,
+        f: F,
+    ) -> Coroutine<Input, Yield, Return, SharedSlot>
+    where
+        F: FnOnce(&Yielder<Input, Yield>, Input) -> Return + 'static,
+        Input: 'static,
+        Yield: 'static,
+        Return: 'static,
+    {
+        let _ = spindle_stack::prepare_thread();
+        self.assemble(region.slot(), f)
+    }
+
+    fn assemble<Input, Yield, Return, S, F>(
+        self,
+        stack: S,
+        f: F,
+    ) -> Coroutine<Input, Yield, Return, S>
+    where
+        F: FnOnce(&Yielder<Input, Yield>, Input) -> Return + 'static,
+        Input: 'static,
+        Yield: 'static,
+        Return: 'static,
+        S: Stack,
+    {
+        let id = id::next();
+        stack.set_owner(Owner {
+            id,
+            name: self.name.as_deref(),
+        });
+        let entry: Entry = coroutine_entry::<F, Input, Yield, Return>;
+        let top = stack.top();
+        let fits_on_stack = mem::size_of::<F>() <= MAX_CLOSURE_ON_STACK && !S::COPYING;
+        let (closure, drop, release, context_top) = if fits_on_stack {
+            // The closure goes right under the top; the context's own area goes under it.
+            let align = mem::align_of::<F>().max(16);
+            let closure_at = (top.as_ptr() as usize - mem::size_of::<F>()) & !(align - 1);
+            let closure = closure_at as *mut F;
+            // SAFETY: the stack is ours and unused; `closure_at` is aligned for F and inside it
+            // (the stack is far larger than MAX_CLOSURE_ON_STACK plus the reserved words).
+            unsafe { closure.write(f) };
+            (
+                closure.cast::<u8>(),
+                drop_in_place::<F> as unsafe fn(_),
+                release_nothing as unsafe fn(_),
+                closure_at,
+            )
+        } else {
+            let closure = Box::into_raw(Box::new(f));
+            (
+                closure.cast::<u8>(),
+                drop_box::<F> as unsafe fn(_),
+                release_box::<F> as unsafe fn(_),
+                top.as_ptr() as usize,
+            )
+        };
+        let context_top = context_top & !15;
+        // SAFETY: non-null: below a stack's top, far above address 0.
+        let context_top = unsafe { NonNull::new_unchecked(context_top as *mut u8) };
+        // SAFETY: the stack was prepared (for copying stacks: will be prepared on first resume)
+        // by `Context::new` at `context_top`.
+        let link = unsafe { Link::for_stack(context_top) };
+        let context = if S::COPYING {
+            None // built on the region at the first resume, when the region is ours
+        } else {
+            let size = context_top.as_ptr() as usize - stack.limit().as_ptr() as usize;
+            debug_assert!(size > STACK_RESERVED + spindle_context::MIN_STACK_SIZE);
+            // SAFETY: `[limit, context_top)` is unused stack memory owned by `stack`, which the
+            // coroutine keeps alive until the context is gone.
+            Some(unsafe { Context::new(context_top, size, entry) })
+        };
+        Coroutine {
+            stack: ManuallyDrop::new(stack),
+            context,
+            link,
+            initial: Some(Initial {
+                // SAFETY: from a reference or a Box: non-null.
+                closure: unsafe { NonNull::new_unchecked(closure) },
+                drop,
+                release,
+                entry,
+            }),
+            state: State::NotStarted,
+            id,
+            _marker: PhantomData,
+        }
+    }
+}
+
+/// # Safety
+///
+/// `p` points to a live `F` that is not used afterwards.
+unsafe fn drop_in_place<F>(p: NonNull<u8>) {
+    // SAFETY: forwarded contract.
+    unsafe { ptr::drop_in_place(p.cast::<F>().as_ptr()) }
+}
+
+/// # Safety
+///
+/// Nothing to do; the closure's memory belongs to the stack.
+unsafe fn release_nothing(_: NonNull<u8>) {}
+
+/// # Safety
+///
+/// `p` came from `Box::<F>::into_raw` and the `F` in it is live and not used afterwards.
+unsafe fn drop_box<F>(p: NonNull<u8>) {
+    // SAFETY: forwarded contract.
+    drop(unsafe { Box::from_raw(p.cast::<F>().as_ptr()) })
+}
+
+/// # Safety
+///
+/// `p` came from `Box::<F>::into_raw` and the `F` in it has been moved out.
+unsafe fn release_box<F>(p: NonNull<u8>) {
+    // SAFETY: forwarded contract; ManuallyDrop<F> has F's layout, so this frees the box without
+    // dropping the moved-out value.
+    drop(unsafe { Box::from_raw(p.cast::<ManuallyDrop<F>>().as_ptr()) })
+}
+
+impl<Input, Yield, Return> Coroutine<Input, Yield, Return, SharedSlot>
+where
+    Input: 'static,
+    Yield: 'static,
+    Return: 'static,
+{
+    /// A coroutine running `f` on the shared stack `region`, whose memory it shares with the
+    /// other coroutines created on it.
+    ///
+    /// Only the running coroutine's bytes are in the region. When another coroutine on the same
+    /// region is resumed, this one's used bytes (from its stack pointer to the top) are copied
+    /// to a heap buffer sized to what it uses, and copied back when it is resumed again — only
+    /// when ownership of the region changes. Memory per suspended coroutine is therefore what
+    /// it actually uses, which is how a million coroutines fit in memory.
+    ///
+    /// A coroutine on a region cannot resume another coroutine on the same region
+    /// ([`try_resume`](Coroutine::try_resume) refuses with
+    /// [`StackError::SharedStackBusy`]); give nested coroutines their own region or stack.
+    ///
+    /// # Safety
+    ///
+    /// While the coroutine is suspended its stack bytes are somewhere else, and the region holds
+    /// another coroutine's. So **no pointer into the coroutine's stack may be used by anyone
+    /// while it is suspended**. Safe Rust mostly prevents such pointers from escaping, but not
+    /// entirely: the caller guarantees that the coroutine does not suspend while
+    /// * a thread it started with [`std::thread::scope`] (or any scoped-thread or scoped-task
+    ///   API) can still access data on its stack, or
+    /// * it has lent a buffer or a waiter record on its stack to something that runs while it is
+    ///   suspended (the kernel for IO, a wait queue, another coroutine).
+    ///
+    /// Spindle's own blocking primitives keep waiter records in heap task state and bounce IO
+    /// buffers that lie on shared stacks, so they respect this by construction.
+    pub unsafe fn with_shared_stack<F>(region: &SharedStack, f: F) -> Self
+    where
+        F: FnOnce(&Yielder<Input, Yield>, Input) -> Return + 'static,
+    {
+        // SAFETY: forwarded contract.
+        unsafe { Builder::new().build_shared(region, f) }
+    }
+}
+
+/// A coroutine that can be sent to another thread, by an `unsafe` promise.
+///
+/// [`Coroutine`] is `!Send` because a coroutine that has started may hold thread-bound data on
+/// its stack. Wrap one in `SendCoroutine` to move it anyway, when you know better.
+pub struct SendCoroutine<Input, Yield, Return, S: Stack = DefaultStack>(
+    Coroutine<Input, Yield, Return, S>,
+);
+
+// SAFETY: `SendCoroutine::new`'s contract makes the caller responsible for everything on the
+// coroutine's stack being usable from another thread; the types crossing the switch and the
+// stack must be Send themselves.
+unsafe impl<Input: Send, Yield: Send, Return: Send, S: Stack + Send> Send
+    for SendCoroutine<Input, Yield, Return, S>
+{
+}
+
+impl<Input, Yield, Return, S: Stack> SendCoroutine<Input, Yield, Return, S> {
+    /// Allows `co` to move to another thread.
+    ///
+    /// # Safety
+    ///
+    /// Until the coroutine is dropped, whatever its stack holds — the closure's captures and,
+    /// once it has started, every local live at its suspension point — must be sound to use
+    /// from whichever thread resumes (or drops) it next:
+    /// * no references into thread-locals, and no values the compiler may have derived from a
+    ///   thread-local's address before a suspend (a `thread_local!` access must not straddle a
+    ///   `suspend`);
+    /// * no `Rc`, `RefCell` guard or other `!Send` value shared with the old thread, no OS
+    ///   handles that are bound to a thread (locks held, thread-affine handles);
+    /// * the closure, if the coroutine has not started, must itself be `Send`.
+    ///
+    /// Copying stacks are excluded by the bounds: their region belongs to one thread.
+    pub unsafe fn new(co: Coroutine<Input, Yield, Return, S>) -> Self {
+        SendCoroutine(co)
+    }
+
+    /// The coroutine, on its new thread.
+    pub fn into_inner(self) -> Coroutine<Input, Yield, Return, S> {
+        self.0
+    }
+}
+
+impl<Input, Yield, Return, S: Stack> fmt::Debug for SendCoroutine<Input, Yield, Return, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("SendCoroutine").field(&self.0).finish()
+    }
+}

@@ -1,0 +1,83 @@
+//! Safe stackful coroutines.
+//!
+//! A [`Coroutine`] runs a closure on a stack of its own. The closure can [`suspend`] at any
+//! call depth — inside a parser, a callback, a `std::io::Read` implementation — handing a value
+//! to whoever [`resume`]d it; the next `resume` continues right there with a new input.
+//!
+//! ```
+//! use spindle_coro::{Coroutine, CoroutineResult};
+//!
+//! // Sums what it is sent, reporting the running total, until it is sent 0.
+//! let mut summer = Coroutine::new(|yielder, mut n: u64| {
+//!     let mut total = 0;
+//!     while n != 0 {
+//!         total += n;
+//!         n = yielder.suspend(total);
+//!     }
+//!     format!("final total {total}")
+//! })?;
+//!
+//! assert_eq!(summer.resume(5), CoroutineResult::Yield(5));
+//! assert_eq!(summer.resume(10), CoroutineResult::Yield(15));
+//! assert_eq!(summer.resume(0), CoroutineResult::Return("final total 15".to_string()));
+//! assert!(summer.is_finished());
+//! # Ok::<(), spindle_stack::StackError>(())
+//! ```
+//!
+//! For iteration, a [`Generator`] wraps a coroutine as an [`Iterator`] over its yields.
+//!
+//! # Guarantees
+//!
+//! * **Panics cross back.** A panic inside a coroutine is caught at its entry and re-raised in
+//!   the resumer, from the `resume` that ran it (with the original payload, as
+//!   [`std::panic::resume_unwind`] does); the coroutine is then finished. Panics never unwind
+//!   through the context-switch assembly.
+//! * **Dropping unwinds.** Dropping a coroutine that has started but not finished unwinds its
+//!   stack — every destructor on it runs — before the stack is released. One that never
+//!   started just drops its closure.
+//! * **Forgetting leaks, nothing worse.** [`std::mem::forget`] on a coroutine leaks its stack
+//!   and everything on it; nothing is freed under the suspended frames, so it is never
+//!   undefined behaviour. (This is why every closure and value type must be `'static`: a
+//!   forgotten coroutine could otherwise keep using a borrow that has ended.)
+//! * **Thread-bound.** A coroutine is `!Send`: a started stack may hold references into
+//!   thread-locals, `Rc`s, or values whose address the compiler cached across the switch. See
+//!   [`SendCoroutine`] for the `unsafe` way to move one, and its contract.
+//! * **Nesting.** A coroutine can create and resume others; each runs on its own stack, so no
+//!   chain of resumes grows any stack but the coroutines' own.
+//! * **Backtraces** captured inside a coroutine show its frames and then the resumer's (on the
+//!   native context backend; see `spindle-context`).
+//!
+//! # Stacks
+//!
+//! [`Coroutine::new`] takes a stack from the global [`StackPool`] (256 KiB, guarded, recycled
+//! without syscalls in steady state). [`Coroutine::with_stack`] runs on any [`Stack`] you give
+//! it: a [`FixedStack`](spindle_stack::FixedStack), a
+//! [`GrowableStack`](spindle_stack::GrowableStack), a [`PooledStack`] from your own pool.
+//! [`Coroutine::with_shared_stack`] puts many coroutines on one
+//! [`SharedStack`] region, copying each one's used bytes out when another takes the region;
+//! that is how a million coroutines fit in memory, and it is `unsafe` because of what it
+//! forbids (see there).
+//!
+//! Stack overflow of any guarded kind prints one line naming the coroutine (its [`Builder`]
+//! name, or `#id`) and its stack size, then aborts the process.
+//!
+//! [`suspend`]: Yielder::suspend
+//! [`resume`]: Coroutine::resume
+#![deny(missing_docs)]
+
+mod coroutine;
+mod exchange;
+mod generator;
+mod id;
+mod yielder;
+
+pub use coroutine::{
+    Builder, Coroutine, CoroutineResult, ResumeError, ResumeErrorKind, SendCoroutine,
+};
+pub use generator::Generator;
+pub use yielder::Yielder;
+
+pub use spindle_stack::{PooledStack, SharedStack, Stack, StackError, StackPool};
+
+/// The stack [`Coroutine::new`] uses: a stack from [`StackPool::global`].
+pub type DefaultStack = PooledStack;

@@ -1,0 +1,197 @@
+//! Stack memory for stackful coroutines.
+//!
+//! A stackful coroutine needs a call stack of its own. This crate provides four kinds,
+//! all implementing the [`Stack`] trait that the coroutine crate (`spindle-coro`)
+//! switches onto:
+//!
+//! | kind | type | memory | overflow |
+//! |---|---|---|---|
+//! | fixed | [`FixedStack`] | one `mmap` per stack, committed lazily by the OS | guard page → message + abort |
+//! | pooled | [`StackPool`] / [`PooledStack`] | fixed or growable stacks recycled through a per-thread cache and a shared pool | guard page → message + abort |
+//! | growable | [`GrowableStack`] | reserves `max`, commits `initial`, grows in the fault handler (Unix) | hard guard below the reservation → message + abort |
+//! | shared (copying) | [`SharedStack`] / [`SharedSlot`] | one region for many coroutines; the running one's bytes are copied in, the evicted one's copied out | guard page → message + abort |
+//!
+//! # Overflow is a message, then an abort
+//!
+//! Every guarded stack is registered in a process-wide table that a `SIGSEGV`/`SIGBUS`
+//! handler consults. A fault in a guard prints one line naming the coroutine (see
+//! [`Stack::set_owner`]) and aborts:
+//!
+//! ```text
+//! spindle: coroutine 'worker-3' (#42) overflowed its 256 KiB fixed stack (guard 4 KiB); aborting
+//! ```
+//!
+//! Faults that are not ours (Rust's own thread guard pages, plain bad pointers) are passed
+//! to the handler that was installed before ours, so they die the way they always did.
+//! The handler runs on an alternate signal stack, because the overflowing stack has no room
+//! left; [`prepare_thread`] makes sure the calling thread has one. The coroutine crate calls
+//! it on every thread that resumes coroutines; the constructors here call it too, for the
+//! common case of creating and running stacks on one thread.
+//!
+//! # Exhaustion is an error
+//!
+//! Creating a stack never panics or aborts. When the OS refuses, the [`StackError`] says
+//! why and what to do: the `vm.max_map_count` limit (each guarded stack needs 2 mappings,
+//! so a default Linux allows about 32,750 of them), an `RLIMIT_AS` limit, or plain lack
+//! of memory.
+//!
+//! # Example
+//!
+//! ```
+//! use spindle_stack::{FixedStack, Owner, Stack, StackPool};
+//!
+//! # fn main() -> Result<(), spindle_stack::StackError> {
+//! let stack = FixedStack::new(64 * 1024)?;
+//! assert_eq!(stack.usable_size(), 64 * 1024);
+//! assert_eq!(stack.top().as_ptr() as usize % 16, 0);
+//! stack.set_owner(Owner { id: 7, name: Some("parser") });
+//!
+//! // Steady-state coroutine creation should come from a pool.
+//! let pooled = StackPool::global().get()?;
+//! assert!(pooled.usable_size() >= 256 * 1024);
+//! # Ok(())
+//! # }
+//! ```
+#![deny(missing_docs)]
+
+mod error;
+mod fixed;
+mod growable;
+mod mapping;
+mod os;
+mod owner;
+mod pool;
+mod registry;
+mod report;
+mod shared;
+mod signal;
+mod valgrind;
+
+use std::ptr::NonNull;
+
+pub use error::StackError;
+pub use fixed::FixedStack;
+pub use growable::GrowableStack;
+pub use owner::Owner;
+pub use pool::{PoolConfig, PoolKind, PoolStats, PooledStack, StackPool};
+pub use shared::{SharedSlot, SharedStack, SharedStackStats};
+pub use signal::prepare_thread;
+
+/// The size of a memory page on this machine, in bytes.
+///
+/// Every stack size is rounded up to a multiple of it.
+///
+/// ```
+/// let page = spindle_stack::page_size();
+/// assert!(page.is_power_of_two());
+/// ```
+pub fn page_size() -> usize {
+    os::page_size()
+}
+
+/// Whether the process runs under Valgrind.
+///
+/// Valgrind cannot restart an instruction that faulted halfway (a `call` or `push` whose
+/// store hit an uncommitted page has already moved the stack pointer), so growth in a fault
+/// handler does not work under it. Under Valgrind, growable stacks are therefore committed
+/// in full when they are created, and [`GrowableStack::committed`] equals the maximum size.
+/// Every stack is registered with Valgrind (`VALGRIND_STACK_REGISTER`) either way.
+///
+/// ```
+/// // Natively (as when running doctests), this is false.
+/// let _ = spindle_stack::running_on_valgrind();
+/// ```
+pub fn running_on_valgrind() -> bool {
+    valgrind::running_on_valgrind()
+}
+
+/// Memory a coroutine runs on.
+///
+/// The stack grows down from [`top`](Stack::top) towards [`limit`](Stack::limit). Below
+/// `limit` there are [`guard_size`](Stack::guard_size) bytes of no-access memory, so that
+/// running off the end faults instead of corrupting a neighbour.
+///
+/// The four hooks at the end exist for *copying* stacks ([`SharedSlot`]), whose memory is
+/// shared by several coroutines; for every other kind they do nothing and cost nothing.
+///
+/// # Safety
+///
+/// Implementors promise that:
+/// - `[limit(), top())` is readable and writable memory that nothing else uses while
+///   `self` lives (for copying stacks: while the owning coroutine runs);
+/// - `top()` is 16-byte aligned;
+/// - `top()`, `limit()` and `guard_size()` do not change while `self` lives.
+///
+/// The coroutine crate relies on these to build frames at `top()` and run code there.
+pub unsafe trait Stack {
+    /// One past the highest usable byte, 16-byte aligned. The stack grows down from here.
+    fn top(&self) -> NonNull<u8>;
+
+    /// The lowest address the stack may ever use.
+    ///
+    /// For a growable stack this is the bottom of the reservation (above the hard guard),
+    /// not the bottom of what is committed now.
+    fn limit(&self) -> NonNull<u8>;
+
+    /// `top() - limit()`: the most stack the coroutine can use.
+    fn usable_size(&self) -> usize {
+        self.top().as_ptr().addr() - self.limit().as_ptr().addr()
+    }
+
+    /// Bytes of no-access guard below [`limit`](Stack::limit) (0 when unguarded).
+    fn guard_size(&self) -> usize;
+
+    /// Records which coroutine runs on this stack, so that an overflow message can name it.
+    ///
+    /// Cheap: a few stores. The name is copied (truncated to 48 bytes on a character
+    /// boundary); the stack keeps no borrow.
+    fn set_owner(&self, owner: Owner<'_>);
+
+    /// True for stacks whose memory is shared by several coroutines and copied in and out
+    /// ([`SharedSlot`]). The coroutine crate calls the hooks below only when this is true.
+    const COPYING: bool = false;
+
+    /// Copying stacks only: makes this coroutine the region's occupant before switching
+    /// into it.
+    ///
+    /// `sp` is the coroutine's saved stack pointer (its live bytes are `[sp, top())`), or
+    /// `None` if it has not started yet (then there is nothing to restore; the caller builds
+    /// its first frame at `top()`). The previous occupant's bytes are saved to its heap
+    /// buffer first.
+    ///
+    /// # Errors
+    ///
+    /// - [`StackError::SharedStackBusy`]: the region's occupant is *running* (a coroutine
+    ///   on the region tried to resume another one on the same region).
+    /// - [`StackError::OutOfMemory`]: the save buffer could not be allocated. Nothing was
+    ///   changed; the call can be retried.
+    ///
+    /// # Safety
+    ///
+    /// Must be called on the thread that owns the region, and not from code running on the
+    /// region.
+    unsafe fn before_resume(&self, sp: Option<NonNull<u8>>) -> Result<(), StackError> {
+        let _ = sp;
+        Ok(())
+    }
+
+    /// Copying stacks only: the coroutine suspended with saved stack pointer `sp`. Its bytes
+    /// stay in the region until another occupant evicts them.
+    ///
+    /// # Safety
+    ///
+    /// `sp` lies in `[limit(), top()]` of this stack, and the coroutine is suspended (no
+    /// code runs on the region).
+    unsafe fn after_suspend(&self, sp: NonNull<u8>) {
+        let _ = sp;
+    }
+
+    /// Copying stacks only: the coroutine finished; the region no longer holds anything
+    /// of it.
+    ///
+    /// # Safety
+    ///
+    /// The coroutine has finished: no code runs on the region on its behalf, and nothing
+    /// will resume it again.
+    unsafe fn after_finish(&self) {}
+}

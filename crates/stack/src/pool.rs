@@ -1,0 +1,906 @@
+//! Recycled stacks: a per-thread cache in front of a shared pool.
+//!
+//! Mapping and unmapping a stack costs two or three system calls and a TLB shootdown;
+//! recycling costs a few loads and stores. In steady state `get()` and dropping a
+//! [`PooledStack`] make no system call at all.
+//!
+//! ```text
+//!   get() ──► this thread's cache ──(empty)──► shared pool ──(empty)──► mmap
+//!   drop  ──► this thread's cache ──(full)───► shared pool ──(full)───► munmap
+//! ```
+//!
+//! The thread cache is a `thread_local!` keyed by pool (several pools may exist). A
+//! thread's cached stacks move to the shared pool when the thread exits.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+
+use crate::error::StackError;
+use crate::growable::validate_growable_sizes;
+use crate::mapping::{GuardedMapping, round_to_pages};
+use crate::owner::{Owner, OwnerRecord};
+use crate::registry::StackKind;
+use crate::{Stack, os};
+
+/// What kind of stacks a [`StackPool`] hands out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum PoolKind {
+    /// [`FixedStack`](crate::FixedStack)-like stacks of `stack_size` bytes.
+    #[default]
+    Fixed,
+    /// [`GrowableStack`](crate::GrowableStack)-like stacks that start with `initial` bytes
+    /// committed and may grow to `stack_size`. A stack that grew is shrunk back to `initial`
+    /// when it is recycled. Unix only.
+    Growable {
+        /// Bytes committed when a stack is handed out.
+        initial: usize,
+    },
+}
+
+/// How a [`StackPool`] sizes, caches and trims its stacks.
+///
+/// Build one from [`PoolConfig::default`] and change what you need:
+///
+/// ```
+/// use spindle_stack::{PoolConfig, PoolKind, StackPool};
+///
+/// let pool = StackPool::new(PoolConfig {
+///     stack_size: 1024 * 1024,
+///     kind: PoolKind::Growable { initial: 16 * 1024 },
+///     thread_cache: 8,
+///     ..PoolConfig::default()
+/// })?;
+/// assert_eq!(pool.config().stack_size, 1024 * 1024);
+/// # Ok::<(), spindle_stack::StackError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PoolConfig {
+    /// Usable bytes per stack (the maximum, for growable stacks). Rounded up to whole pages.
+    /// Default: 256 KiB.
+    pub stack_size: usize,
+    /// Fixed or growable stacks. Default: fixed.
+    pub kind: PoolKind,
+    /// Bytes of no-access guard below each stack, rounded up to whole pages; 0 for none
+    /// (not recommended: an overflow then corrupts memory silently). Default: one page.
+    pub guard_size: usize,
+    /// Stacks each thread keeps for itself (0: no thread cache, every `get` locks the
+    /// shared pool). Default: 32.
+    pub thread_cache: usize,
+    /// Stacks the shared pool keeps; returned stacks beyond that are unmapped. Default: 1024.
+    pub max_pooled: usize,
+    /// Bytes just below the top of a recycled stack that stay resident when it is trimmed;
+    /// the pages below are given back to the OS (`MADV_DONTNEED`). Rounded up to whole
+    /// pages; at most `stack_size`. Default: 16 KiB.
+    pub keep_resident: usize,
+    /// A stack is trimmed every `trim_every`-th time it is recycled (at least 1), and every
+    /// time it moves from a thread cache to the shared pool.
+    ///
+    /// Between trims, memory that a coroutine touched deep in its stack stays resident: a
+    /// single deep use pins that memory for at most `trim_every` recycles of the stack.
+    /// Trimming on every recycle (1) bounds residency tightly but costs a system call per
+    /// coroutine (a `madvise` of a 256 KiB stack costs about 0.5 µs). Default: 256, which
+    /// keeps the amortized cost of trimming around 2 ns per recycle.
+    pub trim_every: u32,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        let page = os::page_size();
+        let round = |bytes: usize| bytes.next_multiple_of(page);
+        PoolConfig {
+            stack_size: round(256 * 1024),
+            kind: PoolKind::Fixed,
+            guard_size: page,
+            thread_cache: 32,
+            max_pooled: 1024,
+            keep_resident: round(16 * 1024),
+            trim_every: 256,
+        }
+    }
+}
+
+impl PoolConfig {
+    /// Rounds sizes to pages and checks them.
+    fn normalized(&self) -> Result<PoolConfig, StackError> {
+        let stack_size = round_to_pages(self.stack_size, "stack size", false).map_err(|_| {
+            invalid(
+                "stack_size",
+                "it must be between 1 byte and the address space size",
+            )
+        })?;
+        let guard_size = round_to_pages(self.guard_size, "guard size", true)
+            .map_err(|_| invalid("guard_size", "it is too large for the address space"))?;
+        if stack_size
+            .checked_add(guard_size)
+            .is_none_or(|total| total > isize::MAX as usize)
+        {
+            return Err(invalid(
+                "guard_size",
+                "stack_size plus guard_size is too large",
+            ));
+        }
+        let kind = match self.kind {
+            PoolKind::Fixed => PoolKind::Fixed,
+            PoolKind::Growable { initial } => {
+                let (initial, _) =
+                    validate_growable_sizes(initial, stack_size).map_err(|err| match err {
+                        StackError::Unsupported { .. } => err,
+                        _ => invalid(
+                            "kind",
+                            "PoolKind::Growable { initial } must be at least 1 byte and at most \
+                             stack_size",
+                        ),
+                    })?;
+                PoolKind::Growable { initial }
+            }
+        };
+        let keep_resident = self
+            .keep_resident
+            .checked_next_multiple_of(os::page_size())
+            .filter(|&keep| keep <= stack_size)
+            .ok_or(invalid("keep_resident", "it must not exceed stack_size"))?;
+        if self.trim_every == 0 {
+            return Err(invalid(
+                "trim_every",
+                "it must be at least 1 (use u32::MAX to trim only when stacks move to the \
+                 shared pool)",
+            ));
+        }
+        Ok(PoolConfig {
+            stack_size,
+            kind,
+            guard_size,
+            thread_cache: self.thread_cache,
+            max_pooled: self.max_pooled,
+            keep_resident,
+            trim_every: self.trim_every,
+        })
+    }
+}
+
+fn invalid(field: &'static str, reason: &'static str) -> StackError {
+    StackError::InvalidConfig { field, reason }
+}
+
+/// Counters of a [`StackPool`]'s activity.
+///
+/// Read without stopping other threads, so a snapshot taken while other threads use the
+/// pool may be off by the operations in flight.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PoolStats {
+    /// Stacks mapped from the OS.
+    pub mapped: u64,
+    /// Stacks unmapped (returned beyond the caps, failed to shrink, or freed with the pool).
+    pub unmapped: u64,
+    /// `get()`s served from the calling thread's cache.
+    pub from_thread_cache: u64,
+    /// `get()`s served from the shared pool.
+    pub from_shared_pool: u64,
+    /// Stacks returned to the pool: dropped [`PooledStack`]s, whether they were then cached,
+    /// pooled or unmapped.
+    pub returned: u64,
+    /// Trims: unused pages below `keep_resident` given back to the OS.
+    pub trims: u64,
+    /// Growable stacks shrunk back to their initial size on recycle.
+    pub shrinks: u64,
+    /// Stacks in the shared pool now.
+    pub shared_pooled: u64,
+    /// Stacks in all threads' caches now.
+    pub thread_cached: u64,
+}
+
+impl PoolStats {
+    /// Stacks handed out and not yet returned: mapped − unmapped − pooled − cached.
+    pub fn outstanding(&self) -> u64 {
+        self.mapped
+            .saturating_sub(self.unmapped)
+            .saturating_sub(self.shared_pooled)
+            .saturating_sub(self.thread_cached)
+    }
+}
+
+/// A pool of recycled stacks.
+///
+/// `get()` hands out a [`PooledStack`]; dropping it returns the stack. Cheap to clone (an
+/// `Arc` inside), `Send` and `Sync`: share one pool between threads.
+///
+/// See [`PoolConfig`] for the knobs: stack size and kind, the per-thread and shared caps,
+/// and how recycled stacks give memory back (`keep_resident`, `trim_every`).
+///
+/// # Memory
+///
+/// A pooled stack that a coroutine used deeply keeps those pages until it is trimmed: on
+/// every `trim_every`-th recycle, and whenever it moves from a thread cache to the shared
+/// pool. A growable pool also shrinks a stack that grew back to its initial size on every
+/// recycle. Dropping the last handle to a pool unmaps the stacks in its shared pool; stacks
+/// held in other threads' caches keep the pool alive until those threads exit or call
+/// [`flush_thread_cache`](StackPool::flush_thread_cache).
+///
+/// # Example
+///
+/// ```
+/// use spindle_stack::{PoolConfig, Stack, StackPool};
+///
+/// let pool = StackPool::new(PoolConfig { stack_size: 64 * 1024, ..PoolConfig::default() })?;
+/// let first_top = {
+///     let stack = pool.get()?;
+///     assert_eq!(stack.usable_size(), 64 * 1024);
+///     stack.top()
+/// }; // dropped: back to this thread's cache
+/// let again = pool.get()?;
+/// assert_eq!(again.top(), first_top); // the same memory, no system call
+/// assert_eq!(pool.stats().mapped, 1);
+/// # Ok::<(), spindle_stack::StackError>(())
+/// ```
+#[derive(Clone)]
+pub struct StackPool {
+    inner: Arc<PoolInner>,
+}
+
+impl fmt::Debug for StackPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StackPool")
+            .field("config", &self.inner.config)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+struct PoolInner {
+    /// Keys this pool's entry in each thread's cache (addresses could be reused).
+    id: u64,
+    /// Normalized (page-rounded) configuration.
+    config: PoolConfig,
+    kind: StackKind,
+    /// Bytes committed when a stack is mapped or after it is shrunk.
+    initial_commit: usize,
+    shared: Mutex<Vec<PoolEntry>>,
+    counters: SharedCounters,
+    /// Counters of the threads that have a cache for this pool (each written by its thread
+    /// only, so the hot path never contends on a shared cache line).
+    threads: Mutex<Vec<Arc<ThreadCounters>>>,
+}
+
+/// A stack's mapping and recycling state, boxed: the hot path moves stacks between the
+/// thread cache and [`PooledStack`]s, and moving one pointer is much cheaper than moving
+/// the whole struct through the stack (which stalls on store forwarding).
+type PoolEntry = Box<StackRecord>;
+
+#[derive(Debug)]
+struct StackRecord {
+    mapping: GuardedMapping,
+    /// Recycles left until the next periodic trim.
+    recycles_until_trim: u32,
+}
+
+/// `Box::new` without the abort on allocation failure.
+fn try_box<T>(value: T) -> Option<Box<T>> {
+    let layout = std::alloc::Layout::new::<T>();
+    if layout.size() == 0 {
+        return Some(Box::new(value));
+    }
+    // SAFETY: the layout has a non-zero size.
+    let raw = unsafe { std::alloc::alloc(layout) }.cast::<T>();
+    if raw.is_null() {
+        return None;
+    }
+    // SAFETY: `raw` is non-null, aligned and large enough for a `T` (allocated with its
+    // layout by the global allocator), so writing a `T` and handing it to `Box` (which frees
+    // it with the same layout) is sound.
+    unsafe {
+        raw.write(value);
+        Some(Box::from_raw(raw))
+    }
+}
+
+#[derive(Default)]
+struct SharedCounters {
+    mapped: AtomicU64,
+    unmapped: AtomicU64,
+    from_shared_pool: AtomicU64,
+    /// Returns that did not go to a thread cache.
+    returned_to_shared: AtomicU64,
+    trims: AtomicU64,
+    shrinks: AtomicU64,
+    /// Totals of threads that have exited.
+    retired_from_thread_cache: AtomicU64,
+    retired_returned: AtomicU64,
+}
+
+/// One thread's counters for one pool. Single writer (the thread), so it updates them with
+/// a plain load and store instead of a read-modify-write.
+#[derive(Default)]
+struct ThreadCounters {
+    from_thread_cache: AtomicU64,
+    returned: AtomicU64,
+    cached: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+fn bump_single_writer(counter: &AtomicU64) {
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(1),
+        Ordering::Relaxed,
+    );
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // No code panics while holding these locks; if some did, the data is still consistent
+    // (every update is a single push or pop).
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
+
+impl StackPool {
+    /// A pool with the given configuration. Maps nothing until the first `get()`.
+    ///
+    /// # Errors
+    ///
+    /// [`StackError::InvalidConfig`] naming the field that is out of range;
+    /// [`StackError::Unsupported`] for growable stacks on non-Unix platforms.
+    pub fn new(config: PoolConfig) -> Result<Self, StackError> {
+        Ok(Self::from_normalized(config.normalized()?))
+    }
+
+    fn from_normalized(config: PoolConfig) -> Self {
+        let (kind, initial_commit) = match config.kind {
+            PoolKind::Fixed => (StackKind::PooledFixed, config.stack_size),
+            PoolKind::Growable { initial } => (
+                StackKind::PooledGrowable,
+                crate::growable::initial_commit(initial, config.stack_size),
+            ),
+        };
+        StackPool {
+            inner: Arc::new(PoolInner {
+                id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
+                config,
+                kind,
+                initial_commit,
+                shared: Mutex::new(Vec::new()),
+                counters: SharedCounters::default(),
+                threads: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// The process-wide pool: 256 KiB fixed stacks with a one-page guard, otherwise
+    /// [`PoolConfig::default`].
+    ///
+    /// ```
+    /// use spindle_stack::{Stack, StackPool};
+    ///
+    /// let stack = StackPool::global().get()?;
+    /// assert_eq!(stack.usable_size(), 256 * 1024);
+    /// # Ok::<(), spindle_stack::StackError>(())
+    /// ```
+    pub fn global() -> &'static StackPool {
+        static GLOBAL: OnceLock<StackPool> = OnceLock::new();
+        GLOBAL.get_or_init(|| {
+            let config = PoolConfig::default();
+            // The default is already page-rounded and valid, so normalizing cannot fail;
+            // falling back to it unchanged is therefore equivalent.
+            let normalized = config.normalized().unwrap_or(config);
+            StackPool::from_normalized(normalized)
+        })
+    }
+
+    /// A stack from this thread's cache, else from the shared pool, else freshly mapped.
+    ///
+    /// # Errors
+    ///
+    /// Only when a new stack must be mapped and the OS refuses: see [`FixedStack::new`]
+    /// for the errors ([`StackError::MapCountLimit`], ...).
+    ///
+    /// [`FixedStack::new`]: crate::FixedStack::new
+    pub fn get(&self) -> Result<PooledStack, StackError> {
+        if self.inner.config.thread_cache > 0
+            && let Some(stack) = take_from_thread_cache(self.inner.id)
+        {
+            return Ok(stack);
+        }
+        self.get_uncached()
+    }
+
+    #[cold]
+    fn get_uncached(&self) -> Result<PooledStack, StackError> {
+        let inner = &self.inner;
+        let pooled = lock(&inner.shared).pop();
+        if let Some(entry) = pooled {
+            bump(&inner.counters.from_shared_pool);
+            return Ok(PooledStack::new(entry, Arc::clone(inner)));
+        }
+        let mapping = GuardedMapping::new(
+            inner.config.stack_size,
+            inner.config.guard_size,
+            inner.initial_commit,
+            inner.kind,
+        )?;
+        let requested = mapping.usable();
+        let entry = try_box(StackRecord {
+            mapping,
+            recycles_until_trim: inner.config.trim_every,
+        })
+        .ok_or(StackError::OutOfMemory { requested })?;
+        bump(&inner.counters.mapped);
+        Ok(PooledStack::new(entry, Arc::clone(inner)))
+    }
+
+    /// The configuration, with sizes rounded up to whole pages.
+    pub fn config(&self) -> &PoolConfig {
+        &self.inner.config
+    }
+
+    /// The pool's counters.
+    pub fn stats(&self) -> PoolStats {
+        let inner = &self.inner;
+        let counters = &inner.counters;
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let mut stats = PoolStats {
+            mapped: load(&counters.mapped),
+            unmapped: load(&counters.unmapped),
+            from_thread_cache: load(&counters.retired_from_thread_cache),
+            from_shared_pool: load(&counters.from_shared_pool),
+            returned: load(&counters.returned_to_shared) + load(&counters.retired_returned),
+            trims: load(&counters.trims),
+            shrinks: load(&counters.shrinks),
+            shared_pooled: lock(&inner.shared).len() as u64,
+            thread_cached: 0,
+        };
+        for thread in lock(&inner.threads).iter() {
+            stats.from_thread_cache += load(&thread.from_thread_cache);
+            stats.returned += load(&thread.returned);
+            stats.thread_cached += load(&thread.cached);
+        }
+        stats
+    }
+
+    /// Moves the calling thread's cached stacks of this pool to the shared pool (trimming
+    /// them), as happens when the thread exits. Useful before a thread idles for long.
+    pub fn flush_thread_cache(&self) {
+        let taken = THREAD_CACHES
+            .try_with(|caches| {
+                let mut entries = caches.entries.try_borrow_mut().ok()?;
+                let entry = entries.iter_mut().find(|e| e.pool_id == self.inner.id)?;
+                entry.counters.cached.store(0, Ordering::Relaxed);
+                Some(std::mem::take(&mut entry.stacks))
+            })
+            .ok()
+            .flatten();
+        // Moved out of the borrow first: putting them back may drop the last `Arc` of a pool.
+        for cached in taken.into_iter().flatten() {
+            cached.pool.put_shared(cached.entry, false);
+        }
+    }
+}
+
+impl PoolInner {
+    /// A stack came back: forget its owner, shrink or trim it, and cache, pool or unmap it.
+    fn recycle(self: Arc<Self>, mut entry: PoolEntry) {
+        entry.mapping.slot().clear_owner();
+        if let PoolKind::Growable { .. } = self.config.kind {
+            match entry.mapping.shrink_to(self.initial_commit) {
+                Ok(false) => {}
+                Ok(true) => bump(&self.counters.shrinks),
+                Err(_) => {
+                    // Could not re-protect the grown part: don't hand it out as if it had
+                    // its initial size. Unmapping is always possible.
+                    bump(&self.counters.returned_to_shared);
+                    self.unmap(entry);
+                    return;
+                }
+            }
+        }
+        entry.recycles_until_trim -= 1;
+        let mut trimmed = false;
+        if entry.recycles_until_trim == 0 {
+            entry.recycles_until_trim = self.config.trim_every;
+            trimmed = self.trim(&entry);
+        }
+        let entry = if self.config.thread_cache > 0 {
+            match put_in_thread_cache(entry, self) {
+                Ok(()) => return,
+                Err((entry, pool)) => {
+                    bump(&pool.counters.returned_to_shared);
+                    pool.put_shared(entry, trimmed);
+                    return;
+                }
+            }
+        } else {
+            entry
+        };
+        bump(&self.counters.returned_to_shared);
+        self.put_shared(entry, trimmed);
+    }
+
+    fn trim(&self, entry: &PoolEntry) -> bool {
+        let trimmed = entry.mapping.discard_below(self.config.keep_resident);
+        if trimmed {
+            bump(&self.counters.trims);
+        }
+        trimmed
+    }
+
+    /// Puts a stack in the shared pool (trimming it first, unless `already_trimmed`), or
+    /// unmaps it if the pool is full. Consumes the caller's `Arc`.
+    fn put_shared(self: Arc<Self>, entry: PoolEntry, already_trimmed: bool) {
+        if self.config.max_pooled == 0 {
+            self.unmap(entry);
+            return;
+        }
+        if !already_trimmed {
+            self.trim(&entry);
+        }
+        let rejected = {
+            let mut shared = lock(&self.shared);
+            if shared.len() < self.config.max_pooled && shared.try_reserve(1).is_ok() {
+                shared.push(entry);
+                None
+            } else {
+                Some(entry)
+            }
+        };
+        if let Some(entry) = rejected {
+            self.unmap(entry);
+        }
+        // `self` (an `Arc`) is dropped here, outside the lock: if it was the last one, the
+        // pool is freed, unmapping what we just pooled.
+    }
+
+    fn unmap(&self, entry: PoolEntry) {
+        drop(entry);
+        bump(&self.counters.unmapped);
+    }
+
+    fn register_thread(&self, counters: Arc<ThreadCounters>) -> bool {
+        let mut threads = lock(&self.threads);
+        if threads.try_reserve(1).is_err() {
+            return false;
+        }
+        threads.push(counters);
+        true
+    }
+
+    /// A thread with a cache for this pool exited: fold its counters into the totals.
+    fn retire_thread(&self, counters: &Arc<ThreadCounters>) {
+        let mut threads = lock(&self.threads);
+        if let Some(index) = threads.iter().position(|c| Arc::ptr_eq(c, counters)) {
+            threads.swap_remove(index);
+            let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+            self.counters
+                .retired_from_thread_cache
+                .fetch_add(load(&counters.from_thread_cache), Ordering::Relaxed);
+            self.counters
+                .retired_returned
+                .fetch_add(load(&counters.returned), Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for PoolInner {
+    fn drop(&mut self) {
+        let shared = std::mem::take(
+            self.shared
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        self.counters
+            .unmapped
+            .fetch_add(shared.len() as u64, Ordering::Relaxed);
+        drop(shared);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The per-thread cache.
+
+thread_local! {
+    static THREAD_CACHES: ThreadCaches = const { ThreadCaches { entries: RefCell::new(Vec::new()) } };
+}
+
+/// This thread's caches, one per pool it used.
+struct ThreadCaches {
+    entries: RefCell<Vec<CacheEntry>>,
+}
+
+struct CacheEntry {
+    pool_id: u64,
+    /// To notice a dead pool whose empty entry can be pruned.
+    pool: Weak<PoolInner>,
+    counters: Arc<ThreadCounters>,
+    /// At most `thread_cache` stacks; the capacity is reserved when the entry is made, so
+    /// pushing never allocates.
+    stacks: Vec<CachedStack>,
+    capacity: usize,
+}
+
+/// A cached stack keeps its pool alive: handing it out moves this `Arc` into the
+/// [`PooledStack`] and returning it moves it back, so the hot path never touches the
+/// reference count.
+struct CachedStack {
+    entry: PoolEntry,
+    pool: Arc<PoolInner>,
+}
+
+fn take_from_thread_cache(pool_id: u64) -> Option<PooledStack> {
+    THREAD_CACHES
+        .try_with(|caches| {
+            let mut entries = caches.entries.try_borrow_mut().ok()?;
+            let cache = entries.iter_mut().find(|e| e.pool_id == pool_id)?;
+            let cached = cache.stacks.pop()?;
+            bump_single_writer(&cache.counters.from_thread_cache);
+            cache
+                .counters
+                .cached
+                .store(cache.stacks.len() as u64, Ordering::Relaxed);
+            Some(PooledStack::new(cached.entry, cached.pool))
+        })
+        .ok()
+        .flatten()
+}
+
+/// Caches a returned stack on this thread; gives it back if the cache is full or
+/// unavailable (thread exiting, out of memory for the cache itself).
+fn put_in_thread_cache(
+    entry: PoolEntry,
+    pool: Arc<PoolInner>,
+) -> Result<(), (PoolEntry, Arc<PoolInner>)> {
+    let mut payload = Some(CachedStack { entry, pool });
+    let _ = THREAD_CACHES.try_with(|caches| {
+        let Ok(mut entries) = caches.entries.try_borrow_mut() else {
+            return;
+        };
+        let Some(stack) = payload.take() else { return };
+        let index = match entries.iter().position(|e| e.pool_id == stack.pool.id) {
+            Some(index) => index,
+            None => match new_cache_entry(&mut entries, &stack.pool) {
+                Some(index) => index,
+                None => {
+                    payload = Some(stack);
+                    return;
+                }
+            },
+        };
+        let cache = &mut entries[index];
+        if cache.stacks.len() < cache.capacity {
+            cache.stacks.push(stack);
+            bump_single_writer(&cache.counters.returned);
+            cache
+                .counters
+                .cached
+                .store(cache.stacks.len() as u64, Ordering::Relaxed);
+        } else {
+            payload = Some(stack);
+        }
+    });
+    match payload {
+        None => Ok(()),
+        Some(stack) => Err((stack.entry, stack.pool)),
+    }
+}
+
+/// Makes this thread's cache for `pool` (cold: once per thread and pool). Also prunes the
+/// empty entries of pools that no longer exist.
+fn new_cache_entry(entries: &mut Vec<CacheEntry>, pool: &Arc<PoolInner>) -> Option<usize> {
+    entries.retain(|e| !e.stacks.is_empty() || e.pool.strong_count() > 0);
+    let capacity = pool.config.thread_cache;
+    let mut stacks = Vec::new();
+    stacks.try_reserve_exact(capacity).ok()?;
+    entries.try_reserve(1).ok()?;
+    let counters = Arc::new(ThreadCounters::default());
+    if !pool.register_thread(Arc::clone(&counters)) {
+        return None;
+    }
+    entries.push(CacheEntry {
+        pool_id: pool.id,
+        pool: Arc::downgrade(pool),
+        counters,
+        stacks,
+        capacity,
+    });
+    Some(entries.len() - 1)
+}
+
+impl Drop for ThreadCaches {
+    /// Thread exit: every cached stack moves to its pool's shared pool.
+    fn drop(&mut self) {
+        let entries = std::mem::take(self.entries.get_mut());
+        for cache in entries {
+            cache.counters.cached.store(0, Ordering::Relaxed);
+            if let Some(pool) = cache.pool.upgrade() {
+                pool.retire_thread(&cache.counters);
+            }
+            for cached in cache.stacks {
+                cached.pool.put_shared(cached.entry, false);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+
+/// A stack on loan from a [`StackPool`]; dropping it returns it to the pool.
+///
+/// Implements [`Stack`]. `Send` and `Sync`: it may be dropped on another thread (it then
+/// goes to that thread's cache).
+pub struct PooledStack {
+    /// Moved out in `drop`.
+    entry: ManuallyDrop<PoolEntry>,
+    /// Moved out in `drop`.
+    pool: ManuallyDrop<Arc<PoolInner>>,
+}
+
+impl PooledStack {
+    fn new(entry: PoolEntry, pool: Arc<PoolInner>) -> Self {
+        PooledStack {
+            entry: ManuallyDrop::new(entry),
+            pool: ManuallyDrop::new(pool),
+        }
+    }
+
+    /// Bytes currently committed below the top (grows for a growable pool's stacks).
+    pub fn committed(&self) -> usize {
+        self.entry.mapping.committed()
+    }
+}
+
+impl fmt::Debug for PooledStack {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PooledStack")
+            .field("top", &self.top())
+            .field("usable_size", &self.usable_size())
+            .field("guard_size", &self.guard_size())
+            .field("pool_id", &self.pool.id)
+            .finish()
+    }
+}
+
+impl Drop for PooledStack {
+    fn drop(&mut self) {
+        // SAFETY: both fields are taken exactly once, here, and `self` is not used after.
+        let (entry, pool) = unsafe {
+            (
+                ManuallyDrop::take(&mut self.entry),
+                ManuallyDrop::take(&mut self.pool),
+            )
+        };
+        pool.recycle(entry);
+    }
+}
+
+// SAFETY: `[limit, top)` is the read-write part (committed on touch, for growable pools) of
+// a mapping that this loan holds exclusively: the pool hands each mapping to one
+// `PooledStack` at a time and takes it back only in `drop`. `top` is page-aligned and the
+// mapping does not move while on loan.
+unsafe impl Stack for PooledStack {
+    fn top(&self) -> NonNull<u8> {
+        self.entry.mapping.top()
+    }
+
+    fn limit(&self) -> NonNull<u8> {
+        self.entry.mapping.limit()
+    }
+
+    fn usable_size(&self) -> usize {
+        self.entry.mapping.usable()
+    }
+
+    fn guard_size(&self) -> usize {
+        self.entry.mapping.guard()
+    }
+
+    fn set_owner(&self, owner: Owner<'_>) {
+        self.entry
+            .mapping
+            .slot()
+            .store_owner(&OwnerRecord::new(owner));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_config_is_256_kib_fixed_with_one_guard_page() {
+        let config = StackPool::global().config();
+        assert_eq!(config.stack_size, 256 * 1024);
+        assert_eq!(config.kind, PoolKind::Fixed);
+        assert_eq!(config.guard_size, os::page_size());
+        assert_eq!(
+            PoolConfig::default().normalized().unwrap(),
+            PoolConfig::default()
+        );
+    }
+
+    #[test]
+    fn invalid_configs_name_the_field() {
+        let cases = [
+            (
+                PoolConfig {
+                    stack_size: 0,
+                    ..PoolConfig::default()
+                },
+                "stack_size",
+            ),
+            (
+                PoolConfig {
+                    stack_size: usize::MAX,
+                    ..PoolConfig::default()
+                },
+                "stack_size",
+            ),
+            (
+                PoolConfig {
+                    guard_size: usize::MAX - 4095,
+                    ..PoolConfig::default()
+                },
+                "guard_size",
+            ),
+            (
+                PoolConfig {
+                    trim_every: 0,
+                    ..PoolConfig::default()
+                },
+                "trim_every",
+            ),
+            (
+                PoolConfig {
+                    keep_resident: 1 << 30,
+                    ..PoolConfig::default()
+                },
+                "keep_resident",
+            ),
+            (
+                PoolConfig {
+                    kind: PoolKind::Growable { initial: 0 },
+                    ..PoolConfig::default()
+                },
+                "kind",
+            ),
+            (
+                PoolConfig {
+                    kind: PoolKind::Growable { initial: 1 << 30 },
+                    ..PoolConfig::default()
+                },
+                "kind",
+            ),
+        ];
+        for (config, field) in cases {
+            let err = StackPool::new(config.clone()).unwrap_err();
+            assert!(
+                matches!(err, StackError::InvalidConfig { field: f, .. } if f == field),
+                "{config:?}: {err:?}"
+            );
+            assert!(
+                err.to_string().contains(&format!("PoolConfig::{field}")),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn sizes_are_rounded_to_pages() {
+        let pool = StackPool::new(PoolConfig {
+            stack_size: 10_000,
+            keep_resident: 1,
+            guard_size: 1,
+            ..PoolConfig::default()
+        })
+        .unwrap();
+        let page = os::page_size();
+        assert_eq!(pool.config().stack_size, 10_000usize.next_multiple_of(page));
+        assert_eq!(pool.config().keep_resident, page);
+        assert_eq!(pool.config().guard_size, page);
+        let stack = pool.get().unwrap();
+        assert_eq!(stack.usable_size(), pool.config().stack_size);
+        assert_eq!(stack.guard_size(), page);
+    }
+}

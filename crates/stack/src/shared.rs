@@ -1,0 +1,393 @@
+//! Shared (copying) stacks: many coroutines take turns on one region, as libaco does it.
+
+use std::cell::Cell;
+use std::fmt;
+use std::ptr::{self, NonNull};
+use std::rc::Rc;
+
+use crate::error::StackError;
+use crate::mapping::{GuardedMapping, round_to_pages};
+use crate::owner::{Owner, OwnerRecord};
+use crate::registry::StackKind;
+use crate::{Stack, os};
+
+/// A stack region shared by many coroutines, each of which runs on it in turn.
+///
+/// Only one coroutine — the *occupant* — has its bytes in the region at a time. Resuming a
+/// different coroutine on the region first copies the occupant's live bytes
+/// (`[its sp, top)`) out to the occupant's heap buffer, then copies the resumed one's bytes
+/// back in. A suspended coroutine therefore costs only the stack it actually uses, which is
+/// how libaco runs 10 million coroutines in under 3 GB. The price is a copy whenever the
+/// region changes hands, so coroutines that are resumed in turn should be spread over
+/// several regions, and a coroutine resumed repeatedly while it stays the occupant pays
+/// nothing.
+///
+/// Every coroutine gets a [`SharedSlot`] (its claim on the region plus its save buffer),
+/// which is what implements [`Stack`]. All slots of a region have the same
+/// [`top`](Stack::top): the point is that the bytes go back to the same addresses.
+///
+/// # The shared-stack contract
+///
+/// While a coroutine on a shared stack is suspended, its stack bytes may live elsewhere
+/// (in its save buffer), and another coroutine's bytes occupy those addresses. Therefore:
+///
+/// - **no pointer into the region may be held by anyone** while its coroutine is
+///   suspended: not by wait-queue nodes, not by other coroutines, not by the kernel;
+/// - waiter records live in heap-allocated task state, never on the coroutine's stack;
+/// - IO buffers that lie on a shared stack are bounced through a heap buffer before they
+///   are lent to the kernel (io_uring, IOCP);
+/// - a coroutine on a shared stack never migrates to another thread (the region and its
+///   slots are `!Send`).
+///
+/// A coroutine running on a region cannot resume another coroutine on the *same* region:
+/// that would overwrite its own live stack. [`Stack::before_resume`] refuses with
+/// [`StackError::SharedStackBusy`].
+///
+/// # Example
+///
+/// The coroutine crate drives the hooks; here is what it does, by hand:
+///
+/// ```
+/// use spindle_stack::{SharedStack, Stack};
+///
+/// let region = SharedStack::new(64 * 1024)?;
+/// let (a, b) = (region.slot(), region.slot());
+/// assert_eq!(a.top(), b.top());
+///
+/// // Coroutine A starts, uses 100 bytes of stack, suspends.
+/// unsafe { a.before_resume(None)? };
+/// let a_sp = unsafe { a.top().sub(100) };
+/// unsafe { a_sp.write_bytes(0xAA, 100) };
+/// unsafe { a.after_suspend(a_sp) };
+///
+/// // Coroutine B takes the region: A's 100 bytes are saved to A's buffer.
+/// unsafe { b.before_resume(None)? };
+/// assert_eq!(a.saved_len(), 100);
+/// let b_sp = unsafe { b.top().sub(50) };
+/// unsafe { b.after_suspend(b_sp) };
+///
+/// // A again: B's bytes are saved, A's restored.
+/// unsafe { a.before_resume(Some(a_sp))? };
+/// assert_eq!(unsafe { a_sp.read() }, 0xAA);
+/// assert_eq!((a.saved_len(), b.saved_len()), (0, 50));
+/// # unsafe { a.after_suspend(a_sp) };
+/// # Ok::<(), spindle_stack::StackError>(())
+/// ```
+#[derive(Clone)]
+pub struct SharedStack {
+    region: Rc<Region>,
+}
+
+/// Counters of a [`SharedStack`]'s copying.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SharedStackStats {
+    /// Bytes copied out of the region into save buffers.
+    pub bytes_saved: u64,
+    /// Bytes copied from save buffers back into the region.
+    pub bytes_restored: u64,
+    /// Times an occupant was evicted (its bytes saved) to make room for another coroutine.
+    pub evictions: u64,
+    /// Times the region changed hands (`before_resume` of a slot that was not the occupant).
+    pub switches: u64,
+}
+
+struct Region {
+    mapping: GuardedMapping,
+    /// The occupant's state (null: none). Invariant: non-null only while that slot is
+    /// alive; a slot clears it in `after_finish` and in `Drop`, and both the region and its
+    /// slots are `!Send`, so this is never observed from another thread.
+    occupant: Cell<*const SlotState>,
+    /// The occupant is running (between `before_resume` and `after_suspend`).
+    running: Cell<bool>,
+    stats: Cell<SharedStackStats>,
+}
+
+impl SharedStack {
+    /// A region of `size` bytes (rounded up to whole pages) with a one-page guard.
+    ///
+    /// Size it for the deepest coroutine that will run on it; only what each coroutine
+    /// actually uses is copied.
+    ///
+    /// # Errors
+    ///
+    /// As for [`FixedStack::new`](crate::FixedStack::new).
+    pub fn new(size: usize) -> Result<Self, StackError> {
+        Self::with_guard(size, os::page_size())
+    }
+
+    /// A region of `size` bytes with a guard of `guard` bytes (both rounded up to whole
+    /// pages; a guard of 0 means no guard).
+    ///
+    /// # Errors
+    ///
+    /// As for [`FixedStack::new`](crate::FixedStack::new).
+    pub fn with_guard(size: usize, guard: usize) -> Result<Self, StackError> {
+        let usable = round_to_pages(size, "stack size", false)?;
+        let guard = round_to_pages(guard, "guard size", true)?;
+        let mapping = GuardedMapping::new(usable, guard, usable, StackKind::Shared)?;
+        Ok(SharedStack {
+            region: Rc::new(Region {
+                mapping,
+                occupant: Cell::new(ptr::null()),
+                running: Cell::new(false),
+                stats: Cell::new(SharedStackStats::default()),
+            }),
+        })
+    }
+
+    /// A new claim on this region for one coroutine. Cheap: one small allocation; the save
+    /// buffer is allocated when the coroutine is first evicted.
+    pub fn slot(&self) -> SharedSlot {
+        SharedSlot {
+            region: Rc::clone(&self.region),
+            state: Box::new(SlotState {
+                sp: Cell::new(None),
+                saved: Cell::new(Vec::new()),
+                owner: Cell::new(None),
+            }),
+        }
+    }
+
+    /// The region's copying counters.
+    pub fn stats(&self) -> SharedStackStats {
+        self.region.stats.get()
+    }
+
+    /// Usable bytes of the region.
+    pub fn usable_size(&self) -> usize {
+        self.region.mapping.usable()
+    }
+}
+
+impl fmt::Debug for SharedStack {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedStack")
+            .field("top", &self.region.mapping.top())
+            .field("usable_size", &self.region.mapping.usable())
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Region {
+    fn update_stats(&self, change: impl FnOnce(&mut SharedStackStats)) {
+        let mut stats = self.stats.get();
+        change(&mut stats);
+        self.stats.set(stats);
+    }
+}
+
+/// One coroutine's claim on a [`SharedStack`] region, and its save buffer.
+///
+/// Implements [`Stack`] with [`COPYING`](Stack::COPYING) = true; see [`SharedStack`] for
+/// how the hooks move bytes, and for the contract coroutines on a shared stack must keep.
+/// `!Send`: a coroutine on a shared stack stays on its thread.
+pub struct SharedSlot {
+    region: Rc<Region>,
+    /// Boxed so that its address, which the region records as the occupant, is stable.
+    state: Box<SlotState>,
+}
+
+struct SlotState {
+    /// The saved stack pointer while suspended; `None` before the start and after the end.
+    sp: Cell<Option<NonNull<u8>>>,
+    /// `[sp, top)` while suspended and evicted; empty while the bytes are in the region.
+    /// A `Cell` (taken and put back) so that no borrow flag can fail.
+    saved: Cell<Vec<u8>>,
+    owner: Cell<Option<OwnerRecord>>,
+}
+
+impl SharedSlot {
+    /// Bytes of this coroutine's stack currently held in its save buffer (0 while it is the
+    /// region's occupant, or has not started, or has finished).
+    pub fn saved_len(&self) -> usize {
+        self.with_saved(|saved| saved.len())
+    }
+
+    /// The save buffer's capacity in bytes.
+    pub fn capacity(&self) -> usize {
+        self.with_saved(|saved| saved.capacity())
+    }
+
+    /// Whether this coroutine's bytes are the ones in the region now.
+    pub fn is_occupant(&self) -> bool {
+        self.is_occupant_ptr()
+    }
+
+    /// The region this slot belongs to.
+    pub fn region(&self) -> SharedStack {
+        SharedStack {
+            region: Rc::clone(&self.region),
+        }
+    }
+
+    fn is_occupant_ptr(&self) -> bool {
+        ptr::eq(self.region.occupant.get(), &*self.state)
+    }
+
+    fn with_saved<R>(&self, f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+        let mut saved = self.state.saved.take();
+        let result = f(&mut saved);
+        self.state.saved.set(saved);
+        result
+    }
+
+    /// The region changes hands: evict the occupant (saving its bytes), restore ours.
+    #[cold]
+    #[inline(never)]
+    fn take_over(&self, sp: Option<NonNull<u8>>) -> Result<(), StackError> {
+        let region = &*self.region;
+        if region.running.get() {
+            return Err(StackError::SharedStackBusy);
+        }
+        let top = region.mapping.top();
+        let occupant = region.occupant.get();
+        // SAFETY: a non-null occupant points to the state of a live slot of this region (see
+        // `Region::occupant`); we only use it on this thread.
+        if let Some(occupant) = unsafe { occupant.as_ref() } {
+            let mut saved_bytes = 0;
+            if let Some(occupant_sp) = occupant.sp.get() {
+                let len = top.as_ptr().addr() - occupant_sp.as_ptr().addr();
+                let mut buffer = occupant.saved.take();
+                let result = save(&mut buffer, occupant_sp, len);
+                occupant.saved.set(buffer);
+                // On failure nothing changed: the occupant's bytes are still in the region.
+                result?;
+                saved_bytes = len as u64;
+            }
+            region.update_stats(|stats| {
+                stats.evictions += 1;
+                stats.bytes_saved += saved_bytes;
+            });
+            region.occupant.set(ptr::null());
+        }
+
+        let mut buffer = self.state.saved.take();
+        if sp.is_some() && !buffer.is_empty() {
+            let len = buffer.len();
+            // SAFETY: the buffer holds `[recorded sp, top)` of this coroutine, so `top - len`
+            // is that sp, inside the region; the region is not in use (no occupant now), and
+            // a heap buffer cannot overlap the mapping.
+            unsafe { ptr::copy_nonoverlapping(buffer.as_ptr(), top.as_ptr().sub(len), len) };
+            region.update_stats(|stats| stats.bytes_restored += len as u64);
+        }
+        // Bytes are in the region now (or there were none); keep the capacity for the next
+        // eviction.
+        buffer.clear();
+        self.state.saved.set(buffer);
+
+        region.occupant.set(&*self.state);
+        region.running.set(true);
+        region.update_stats(|stats| stats.switches += 1);
+        // Overflow messages name whoever runs on the region.
+        match self.state.owner.get() {
+            Some(owner) => region.mapping.slot().store_owner(&owner),
+            None => region.mapping.slot().clear_owner(),
+        }
+        Ok(())
+    }
+
+    /// Forgets this coroutine's bytes and, if it is the occupant, gives up the region.
+    fn release(&self) {
+        self.state.sp.set(None);
+        self.state.saved.set(Vec::new());
+        if self.is_occupant_ptr() {
+            self.region.occupant.set(ptr::null());
+            self.region.running.set(false);
+            self.region.mapping.slot().clear_owner();
+        }
+    }
+}
+
+/// Copies `[sp, sp + len)` into `buffer`, sized to fit (a buffer far larger than needed is
+/// replaced, so a once-deep coroutine does not keep a large buffer forever).
+fn save(buffer: &mut Vec<u8>, sp: NonNull<u8>, len: usize) -> Result<(), StackError> {
+    buffer.clear();
+    if buffer.capacity() > len.saturating_mul(2).saturating_add(4096) {
+        *buffer = Vec::new();
+    }
+    buffer
+        .try_reserve_exact(len)
+        .map_err(|_| StackError::OutOfMemory { requested: len })?;
+    // SAFETY: `[sp, sp + len)` is the suspended occupant's live stack inside the region
+    // (mapped, read-write, nothing runs on it); the buffer has room for `len` bytes and, being
+    // heap memory, does not overlap the region. `set_len` covers exactly the bytes written.
+    unsafe {
+        ptr::copy_nonoverlapping(sp.as_ptr(), buffer.as_mut_ptr(), len);
+        buffer.set_len(len);
+    }
+    Ok(())
+}
+
+// SAFETY: `[limit, top)` is the read-write part of the region's mapping, which lives as
+// long as any slot (each holds an `Rc`). While a coroutine runs, no one else uses the
+// region: `before_resume` refuses (SharedStackBusy) while another slot's coroutine is
+// running, and evicts the previous occupant's bytes to its buffer first. `top` is
+// page-aligned and the same for every slot; the addresses never change.
+unsafe impl Stack for SharedSlot {
+    const COPYING: bool = true;
+
+    fn top(&self) -> NonNull<u8> {
+        self.region.mapping.top()
+    }
+
+    fn limit(&self) -> NonNull<u8> {
+        self.region.mapping.limit()
+    }
+
+    fn usable_size(&self) -> usize {
+        self.region.mapping.usable()
+    }
+
+    fn guard_size(&self) -> usize {
+        self.region.mapping.guard()
+    }
+
+    fn set_owner(&self, owner: Owner<'_>) {
+        let record = OwnerRecord::new(owner);
+        self.state.owner.set(Some(record));
+        if self.is_occupant_ptr() {
+            self.region.mapping.slot().store_owner(&record);
+        }
+    }
+
+    /// Fast path (this slot is already the occupant): two loads and a store.
+    unsafe fn before_resume(&self, sp: Option<NonNull<u8>>) -> Result<(), StackError> {
+        let region = &*self.region;
+        if ptr::eq(region.occupant.get(), &*self.state) {
+            if region.running.get() {
+                return Err(StackError::SharedStackBusy);
+            }
+            region.running.set(true);
+            return Ok(());
+        }
+        self.take_over(sp)
+    }
+
+    unsafe fn after_suspend(&self, sp: NonNull<u8>) {
+        self.state.sp.set(Some(sp));
+        if self.is_occupant_ptr() {
+            self.region.running.set(false);
+        }
+    }
+
+    unsafe fn after_finish(&self) {
+        self.release();
+    }
+}
+
+impl Drop for SharedSlot {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+impl fmt::Debug for SharedSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedSlot")
+            .field("top", &self.top())
+            .field("occupant", &self.is_occupant())
+            .field("saved_len", &self.saved_len())
+            .finish()
+    }
+}

@@ -1,0 +1,97 @@
+//! `cargo xtask bench <suite> [--quick] [--json PATH] [...]`: builds `spindle-bench` in release
+//! and runs it with the same arguments; the bench binary measures, prints the table and writes
+//! the JSON.
+//!
+//! For the `spindle-boost` impl it also builds a second copy of the bench binary with
+//! `--features boost` (= `spindle-context/boost`, the `context`-crate backend for the whole
+//! build) in `<target>/bench-boost`, and passes its path in `SPINDLE_BENCH_BOOST_BIN`; the main
+//! binary runs `<that> measure <bench> spindle` for those rows. If that build fails, the bench
+//! still runs and the `spindle-boost` rows report the error.
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+use crate::json::{self, Json};
+use crate::proc::{self, cargo};
+
+const PACKAGE: &str = "spindle-bench";
+const BOOST_BIN_ENV: &str = "SPINDLE_BENCH_BOOST_BIN";
+
+/// The workspace's target directory, as cargo sees it (honours `CARGO_TARGET_DIR` and config).
+fn target_dir() -> Result<PathBuf, String> {
+    let out = proc::run_stdout(cargo().args(["metadata", "--format-version", "1", "--no-deps"]))?;
+    let meta = json::parse(out.trim())?;
+    meta.get("target_directory")
+        .and_then(Json::as_str)
+        .map(PathBuf::from)
+        .ok_or_else(|| "`cargo metadata` gave no target_directory".to_string())
+}
+
+/// Builds the bench binary in release with extra cargo arguments; returns its path.
+fn build(extra: &[&str]) -> Result<PathBuf, String> {
+    let out = proc::run_stdout(
+        cargo()
+            .args([
+                "build",
+                "--release",
+                "-p",
+                PACKAGE,
+                "--message-format=json-render-diagnostics",
+            ])
+            .args(extra),
+    )?;
+    let mut exe = None;
+    for line in out.lines().filter(|l| l.starts_with('{')) {
+        let msg = json::parse(line)?;
+        if msg.get("reason").and_then(Json::as_str) == Some("compiler-artifact")
+            && msg.path(&["target", "name"]).and_then(Json::as_str) == Some(PACKAGE)
+            && let Some(path) = msg.get("executable").and_then(Json::as_str)
+        {
+            exe = Some(PathBuf::from(path));
+        }
+    }
+    exe.ok_or_else(|| format!("cargo built no `{PACKAGE}` executable"))
+}
+
+/// Arguments for which the bench binary measures nothing and needs no boost copy.
+fn needs_boost(args: &[String]) -> bool {
+    !matches!(
+        args.first().map(String::as_str),
+        None | Some("list" | "backend" | "measure" | "help" | "-h" | "--help")
+    )
+}
+
+pub fn main(args: &[String]) -> Result<ExitCode, String> {
+    let main_bin = build(&[])?;
+    let mut run = Command::new(&main_bin);
+    run.args(args);
+    if needs_boost(args) {
+        let boost_dir = target_dir()?.join("bench-boost");
+        let boost_dir = boost_dir.to_string_lossy().into_owned();
+        match build(&["--features", "boost", "--target-dir", &boost_dir]) {
+            Ok(bin) => {
+                run.env(BOOST_BIN_ENV, bin);
+            }
+            Err(e) => {
+                eprintln!(
+                    "xtask bench: warning: the boost-backend build failed, so the spindle-boost \
+                     rows will fail: {e}"
+                );
+                run.env_remove(BOOST_BIN_ENV);
+            }
+        }
+    }
+    proc::announce(&run);
+    // The bench binary resolves relative paths (--json) against the caller's directory.
+    let status = run
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", main_bin.display()))?;
+    Ok(match status.code() {
+        Some(0) => ExitCode::SUCCESS,
+        Some(c) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
+        None => {
+            eprintln!("xtask bench: {} was killed ({status})", main_bin.display());
+            ExitCode::FAILURE
+        }
+    })
+}

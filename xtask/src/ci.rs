@@ -1,0 +1,446 @@
+//! `cargo xtask ci`: the one test command.
+//!
+//! The legs run in order, each announced with a header and its command lines; a failing leg does
+//! not stop the others; a summary table follows and the exit status is non-zero if any leg
+//! failed. To add a leg (loom, miri, wine...), push it in [`legs`]: either
+//! [`Leg::cargo`] for a plain `cargo ...` command or [`Leg::custom`] with a function.
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use crate::json::{self, Json};
+use crate::proc::{self, cargo};
+
+/// The crates under the core suite (the `context` backend and valgrind legs run these).
+const CORE: [&str; 3] = ["spindle-context", "spindle-stack", "spindle-coro"];
+
+/// Targets checked by the `cross-<target>` legs (library crates only).
+const CROSS_TARGETS: [&str; 3] = [
+    "x86_64-unknown-freebsd",
+    "x86_64-apple-darwin",
+    "x86_64-pc-windows-gnu",
+];
+
+type LegFn = Box<dyn Fn() -> Result<(), String>>;
+
+/// One step of `cargo xtask ci`.
+pub struct Leg {
+    pub name: String,
+    pub about: &'static str,
+    run: LegFn,
+}
+
+impl Leg {
+    /// A leg that runs `cargo <args>`.
+    fn cargo(name: &str, about: &'static str, args: &[&str]) -> Leg {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        Leg::custom(name, about, move || proc::run(cargo().args(&args)))
+    }
+
+    /// A leg that runs a function; it prints its own commands (see [`proc::run`]).
+    fn custom(
+        name: &str,
+        about: &'static str,
+        run: impl Fn() -> Result<(), String> + 'static,
+    ) -> Leg {
+        Leg {
+            name: name.to_string(),
+            about,
+            run: Box::new(run),
+        }
+    }
+}
+
+/// `-p a -p b ...`
+fn packages(pkgs: &[&str]) -> Vec<String> {
+    pkgs.iter()
+        .flat_map(|p| ["-p".to_string(), p.to_string()])
+        .collect()
+}
+
+/// Every leg, in the order they run.
+pub fn legs() -> Vec<Leg> {
+    let mut legs = vec![
+        Leg::cargo("fmt", "formatting", &["fmt", "--all", "--check"]),
+        Leg::cargo(
+            "clippy",
+            "lints, whole workspace, all targets",
+            &[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ],
+        ),
+        Leg::cargo(
+            "clippy-boost",
+            "lints with the `context`-crate backend",
+            &[
+                "clippy",
+                "-p",
+                "spindle-context",
+                "-p",
+                "spindle-coro",
+                "--all-targets",
+                "--features",
+                "spindle-context/boost",
+                "--",
+                "-D",
+                "warnings",
+            ],
+        ),
+        Leg::cargo("test", "tests, whole workspace", &["test", "--workspace"]),
+        Leg::custom(
+            "test-boost",
+            "core tests with the `context`-crate backend",
+            || {
+                proc::run(
+                    cargo()
+                        .arg("test")
+                        .args(packages(&CORE))
+                        .args(["--features", "spindle-context/boost"]),
+                )
+            },
+        ),
+        Leg::cargo(
+            "test-fp-env",
+            "context and coro tests with a per-context floating-point environment",
+            &[
+                "test",
+                "-p",
+                "spindle-context",
+                "-p",
+                "spindle-coro",
+                "--features",
+                "spindle-context/fp-env",
+            ],
+        ),
+    ];
+    for target in CROSS_TARGETS {
+        legs.push(Leg::custom(
+            &format!("cross-{target}"),
+            "clippy for another target (library crates)",
+            move || cross(target),
+        ));
+    }
+    legs.push(Leg::custom(
+        "valgrind",
+        "core test binaries under valgrind",
+        valgrind,
+    ));
+    legs.push(Leg::custom(
+        "deny",
+        "cargo-deny: bans, licenses, sources",
+        deny,
+    ));
+    legs
+}
+
+fn cross(target: &str) -> Result<(), String> {
+    let mut list = Command::new("rustup");
+    list.args(["target", "list", "--installed"]);
+    let installed = proc::run_stdout(&mut list)
+        .map_err(|e| format!("{e} (the cross legs need rustup to add target {target})"))?;
+    if !installed.lines().any(|l| l.trim() == target) {
+        proc::run(Command::new("rustup").args(["target", "add", target]))?;
+    }
+    if target.ends_with("-windows-gnu") {
+        let gcc = format!(
+            "{}-w64-mingw32-gcc",
+            target.split('-').next().unwrap_or("x86_64")
+        );
+        if !proc::succeeds(Command::new(&gcc).arg("--version")) {
+            return Err(format!(
+                "`{gcc}` not found: the `context` crate's asm for {target} needs it; install it: \
+                 apt-get install gcc-mingw-w64-x86-64"
+            ));
+        }
+    }
+    proc::run(
+        cargo()
+            .args(["clippy", "--target", target])
+            .args(packages(&CORE))
+            .args(["--", "-D", "warnings"]),
+    )
+}
+
+/// A test executable found in cargo's JSON messages.
+struct TestBin {
+    exe: PathBuf,
+    package_dir: PathBuf,
+}
+
+/// Test executables (artifacts with `profile.test`) in `cargo test --no-run
+/// --message-format=json` output.
+fn test_executables(messages: &str) -> Result<Vec<TestBin>, String> {
+    let mut bins = Vec::new();
+    for line in messages.lines().filter(|l| l.starts_with('{')) {
+        let msg = json::parse(line)?;
+        if msg.get("reason").and_then(Json::as_str) != Some("compiler-artifact")
+            || msg.path(&["profile", "test"]).and_then(Json::as_bool) != Some(true)
+        {
+            continue;
+        }
+        let Some(exe) = msg.get("executable").and_then(Json::as_str) else {
+            continue;
+        };
+        let manifest = msg
+            .get("manifest_path")
+            .and_then(Json::as_str)
+            .unwrap_or_default();
+        let package_dir = PathBuf::from(manifest)
+            .parent()
+            .map_or_else(|| proc::root().to_path_buf(), Into::into);
+        bins.push(TestBin {
+            exe: exe.into(),
+            package_dir,
+        });
+    }
+    Ok(bins)
+}
+
+/// Valgrind's messages that mean a stack switch confused it (stacks not registered).
+const VALGRIND_BAD_SIGNS: [&str; 2] = [
+    "client switching stacks?",
+    "Warning: set address range perms",
+];
+
+fn valgrind() -> Result<(), String> {
+    if !proc::succeeds(Command::new("valgrind").arg("--version")) {
+        return Err("valgrind is not installed (or does not run): apt-get install valgrind".into());
+    }
+    let messages = proc::run_stdout(
+        cargo()
+            .args([
+                "test",
+                "--no-run",
+                "--message-format=json-render-diagnostics",
+            ])
+            .args(packages(&CORE)),
+    )?;
+    let bins = test_executables(&messages)?;
+    if bins.is_empty() {
+        return Err("cargo built no test executables for the core crates".into());
+    }
+    let mut failures = Vec::new();
+    for bin in &bins {
+        let mut cmd = Command::new("valgrind");
+        cmd.args(["--error-exitcode=99", "--quiet"])
+            .arg(&bin.exe)
+            .arg("--test-threads=1")
+            .env("SPINDLE_UNDER_VALGRIND", "1")
+            .env("CARGO_MANIFEST_DIR", &bin.package_dir)
+            .current_dir(&bin.package_dir);
+        let name = bin
+            .exe
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        match proc::run_tee_stderr(&mut cmd) {
+            Err(e) => failures.push(format!("{name}: {e}")),
+            Ok((status, stderr)) => {
+                let mut why = Vec::new();
+                if !status.success() {
+                    why.push(if status.code() == Some(99) {
+                        "valgrind reported errors (exit 99)".to_string()
+                    } else {
+                        format!("{status}")
+                    });
+                }
+                for sign in VALGRIND_BAD_SIGNS {
+                    if stderr.contains(sign) {
+                        why.push(format!("stderr says {sign:?}"));
+                    }
+                }
+                if !why.is_empty() {
+                    failures.push(format!("{name}: {}", why.join(", ")));
+                }
+            }
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("under valgrind: {}", failures.join("; ")))
+    }
+}
+
+fn deny() -> Result<(), String> {
+    if !proc::succeeds(cargo().args(["deny", "--version"])) {
+        return Err(
+            "cargo-deny is not installed; install it: cargo install --locked cargo-deny".into(),
+        );
+    }
+    proc::run(cargo().args(["deny", "check", "bans", "licenses", "sources"]))
+}
+
+/// Whether a selector (`name` or `prefix*`) matches a leg name.
+fn matches(selector: &str, leg: &str) -> bool {
+    match selector.strip_suffix('*') {
+        Some(prefix) => leg.starts_with(prefix),
+        None => selector == leg,
+    }
+}
+
+const USAGE: &str = "\
+usage: cargo xtask ci [--only LEG[,LEG...]] [--skip LEG[,LEG...]] [--list]
+
+  --only   run only these legs (in the usual order); a trailing * matches a prefix (cross-*)
+  --skip   skip these legs
+  --list   list the legs and exit";
+
+fn print_legs(legs: &[Leg]) {
+    for leg in legs {
+        println!("  {:<30} {}", leg.name, leg.about);
+    }
+}
+
+pub fn main(args: &[String]) -> Result<ExitCode, String> {
+    let all = legs();
+    let mut only: Vec<String> = Vec::new();
+    let mut skip: Vec<String> = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) => (f, Some(v.to_string())),
+            None => (a.as_str(), None),
+        };
+        match flag {
+            "--only" | "--skip" => {
+                let v = inline
+                    .or_else(|| it.next().cloned())
+                    .ok_or_else(|| format!("{flag} needs a leg name\n{USAGE}"))?;
+                let list = if flag == "--only" {
+                    &mut only
+                } else {
+                    &mut skip
+                };
+                list.extend(
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(String::from),
+                );
+            }
+            "--list" => {
+                print_legs(&all);
+                return Ok(ExitCode::SUCCESS);
+            }
+            "-h" | "--help" => {
+                println!("{USAGE}\n\nlegs:");
+                print_legs(&all);
+                return Ok(ExitCode::SUCCESS);
+            }
+            other => return Err(format!("unknown argument `{other}`\n{USAGE}")),
+        }
+    }
+    for sel in only.iter().chain(&skip) {
+        if !all.iter().any(|l| matches(sel, &l.name)) {
+            let names: Vec<&str> = all.iter().map(|l| l.name.as_str()).collect();
+            return Err(format!("no leg named `{sel}`; legs: {}", names.join(", ")));
+        }
+    }
+    let selected: Vec<&Leg> = all
+        .iter()
+        .filter(|l| only.is_empty() || only.iter().any(|s| matches(s, &l.name)))
+        .filter(|l| !skip.iter().any(|s| matches(s, &l.name)))
+        .collect();
+    if selected.is_empty() {
+        return Err("--only/--skip leave no leg to run".into());
+    }
+
+    let total = Instant::now();
+    let mut results: Vec<(&str, Result<(), String>, f64)> = Vec::new();
+    for (i, leg) in selected.iter().enumerate() {
+        println!();
+        println!(
+            "==> ci [{}/{}] {}: {}",
+            i + 1,
+            selected.len(),
+            leg.name,
+            leg.about
+        );
+        let start = Instant::now();
+        let r = (leg.run)();
+        let secs = start.elapsed().as_secs_f64();
+        match &r {
+            Ok(()) => println!("<== {}: PASS ({secs:.1} s)", leg.name),
+            Err(e) => println!("<== {}: FAIL ({secs:.1} s): {e}", leg.name),
+        }
+        results.push((&leg.name, r, secs));
+    }
+
+    println!();
+    println!("ci summary");
+    println!("{:<30} {:<6} {:>9}", "leg", "result", "seconds");
+    for (name, r, secs) in &results {
+        let verdict = if r.is_ok() { "PASS" } else { "FAIL" };
+        println!("{name:<30} {verdict:<6} {secs:>9.1}");
+    }
+    let failed: Vec<&str> = results
+        .iter()
+        .filter(|(_, r, _)| r.is_err())
+        .map(|(n, _, _)| *n)
+        .collect();
+    let secs = total.elapsed().as_secs_f64();
+    if failed.is_empty() {
+        let n = results.len();
+        println!(
+            "ci: {} passed ({secs:.0} s)",
+            if n == 1 {
+                "the leg".to_string()
+            } else {
+                format!("all {n} legs")
+            }
+        );
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!(
+            "ci: {} of {} legs FAILED ({secs:.0} s): {}",
+            failed.len(),
+            results.len(),
+            failed.join(", ")
+        );
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leg_names_are_unique_and_selectable() {
+        let legs = legs();
+        let mut names: Vec<&str> = legs.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names[0], "fmt");
+        assert!(names.contains(&"cross-x86_64-pc-windows-gnu"));
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), legs.len());
+        assert!(matches("cross-*", "cross-x86_64-apple-darwin"));
+        assert!(!matches("test", "test-boost"));
+    }
+
+    #[test]
+    fn finds_test_executables() {
+        let out = concat!(
+            r#"{"reason":"compiler-artifact","manifest_path":"/w/crates/stack/Cargo.toml","profile":{"test":true},"executable":"/w/target/debug/deps/spindle_stack-1"}"#,
+            "\n",
+            r#"{"reason":"compiler-artifact","manifest_path":"/w/x/Cargo.toml","profile":{"test":false},"executable":null}"#,
+            "\n",
+            r#"{"reason":"build-finished","success":true}"#,
+        );
+        let bins = test_executables(out).unwrap();
+        assert_eq!(bins.len(), 1);
+        assert_eq!(
+            bins[0].exe,
+            PathBuf::from("/w/target/debug/deps/spindle_stack-1")
+        );
+        assert_eq!(bins[0].package_dir, PathBuf::from("/w/crates/stack"));
+    }
+}

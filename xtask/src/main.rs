@@ -1,0 +1,42 @@
+//! Spindle's project automation, run as `cargo xtask <command>` (see `.cargo/config.toml`).
+//!
+//! * `cargo xtask ci [--only LEG,..] [--skip LEG,..] [--list]`: the one test command.
+//! * `cargo xtask bench <suite> [--quick] [--json PATH] [--filter S]`: side-by-side benchmarks.
+//!
+//! Std only, so that it builds in seconds on a fresh machine.
+
+mod bench;
+mod ci;
+mod json;
+mod proc;
+
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: cargo xtask <command> [args]
+
+commands:
+  ci [--only LEG,..] [--skip LEG,..] [--list]
+        run the CI legs (fmt, clippy, tests, cross checks, valgrind, cargo-deny) and
+        print a summary; `cargo xtask ci --list` shows the legs
+  bench <suite> [--quick] [--json PATH] [--filter S] [--rounds N]
+        build spindle-bench in release (plus its boost-backend copy) and run the suite;
+        `cargo xtask bench list` shows the suites";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("ci") => ci::main(&args[1..]),
+        Some("bench") => bench::main(&args[1..]),
+        Some("-h" | "--help" | "help") => {
+            println!("{USAGE}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(other) => Err(format!("unknown command `{other}`\n{USAGE}")),
+        None => Err(format!("no command given\n{USAGE}")),
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("xtask: {e}");
+        ExitCode::from(2)
+    })
+}
