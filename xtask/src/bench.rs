@@ -2,9 +2,10 @@
 //! and runs it with the same arguments; the bench binary measures, prints the table and writes
 //! the JSON.
 //!
-//! For the `spindle-boost` impl it also builds a second copy of the bench binary with
-//! `--features boost` (= `spindle-context/boost`, the `context`-crate backend for the whole
-//! build) in `<target>/bench-boost`, and passes its path in `SPINDLE_BENCH_BOOST_BIN`; the main
+//! For the `spindle-boost` and `spindle-fp-env` impls it also builds copies of the bench binary
+//! with `--features boost` (= `spindle-context/boost`, the `context`-crate backend for the whole
+//! build) and `--features fp-env` in `<target>/bench-<feature>`, and passes their paths in
+//! `SPINDLE_BENCH_BOOST_BIN` / `SPINDLE_BENCH_FP_ENV_BIN`; the main
 //! binary runs `<that> measure <bench> spindle` for those rows. If that build fails, the bench
 //! still runs and the `spindle-boost` rows report the error.
 
@@ -15,7 +16,12 @@ use crate::json::{self, Json};
 use crate::proc::{self, cargo};
 
 const PACKAGE: &str = "spindle-bench";
-const BOOST_BIN_ENV: &str = "SPINDLE_BENCH_BOOST_BIN";
+/// The variant builds: (cargo feature of spindle-bench, env var the bench binary reads). Must
+/// match `VARIANTS` in crates/bench/src/harness.rs.
+const VARIANTS: [(&str, &str); 2] = [
+    ("boost", "SPINDLE_BENCH_BOOST_BIN"),
+    ("fp-env", "SPINDLE_BENCH_FP_ENV_BIN"),
+];
 
 /// The workspace's target directory, as cargo sees it (honours `CARGO_TARGET_DIR` and config).
 fn target_dir() -> Result<PathBuf, String> {
@@ -66,18 +72,20 @@ pub fn main(args: &[String]) -> Result<ExitCode, String> {
     let mut run = Command::new(&main_bin);
     run.args(args);
     if needs_boost(args) {
-        let boost_dir = target_dir()?.join("bench-boost");
-        let boost_dir = boost_dir.to_string_lossy().into_owned();
-        match build(&["--features", "boost", "--target-dir", &boost_dir]) {
-            Ok(bin) => {
-                run.env(BOOST_BIN_ENV, bin);
-            }
-            Err(e) => {
-                eprintln!(
-                    "xtask bench: warning: the boost-backend build failed, so the spindle-boost \
-                     rows will fail: {e}"
-                );
-                run.env_remove(BOOST_BIN_ENV);
+        for (feature, env) in VARIANTS {
+            let dir = target_dir()?.join(format!("bench-{feature}"));
+            let dir = dir.to_string_lossy().into_owned();
+            match build(&["--features", feature, "--target-dir", &dir]) {
+                Ok(bin) => {
+                    run.env(env, bin);
+                }
+                Err(e) => {
+                    eprintln!(
+                        "xtask bench: warning: the `{feature}` build failed, so its rows will \
+                         fail: {e}"
+                    );
+                    run.env_remove(env);
+                }
             }
         }
     }

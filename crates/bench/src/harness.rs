@@ -62,10 +62,40 @@ pub enum How {
     /// Run `<this binary> measure <bench> <impl>` and read its `value=<f64>` line; the child calls
     /// the function. For memory benches, so that each measurement starts from a fresh process.
     Child(MeasureFn),
-    /// Run `$SPINDLE_BENCH_BOOST_BIN measure <bench> spindle`: the same bench's `spindle` impl in
-    /// a copy of this binary built with the `context`-crate backend (`spindle-context/boost`).
-    BoostBinary,
+    /// Run `$<variant env> measure <bench> spindle`: the same bench's `spindle` impl in a copy
+    /// of this binary built with a different Spindle configuration (see [`Variant`]).
+    Variant(&'static Variant),
 }
+
+/// A build of this binary with another Spindle configuration, for impls such as
+/// `spindle-boost`. `cargo xtask bench` builds each with `--features <feature>` into
+/// `<target>/bench-<feature>` and passes its path in the env var `env`.
+#[derive(Debug)]
+pub struct Variant {
+    /// The cargo feature of `spindle-bench` that selects it.
+    pub feature: &'static str,
+    /// The env var holding the path of that build.
+    pub env: &'static str,
+    /// What `<binary> backend` must print, so that a row measures what its name says.
+    pub backend: &'static str,
+}
+
+/// The `context`-crate (Boost.Context) backend.
+pub static BOOST: Variant = Variant {
+    feature: "boost",
+    env: "SPINDLE_BENCH_BOOST_BIN",
+    backend: "boost",
+};
+
+/// The native backend saving the floating-point environment per context.
+pub static FP_ENV: Variant = Variant {
+    feature: "fp-env",
+    env: "SPINDLE_BENCH_FP_ENV_BIN",
+    backend: "native+fp-env",
+};
+
+/// Every variant, for `cargo xtask bench` (which reads their features and env vars).
+pub static VARIANTS: [&Variant; 2] = [&BOOST, &FP_ENV];
 
 /// One contender in a bench.
 #[derive(Debug, Clone)]
@@ -89,10 +119,10 @@ impl Impl {
         }
     }
 
-    pub fn boost(name: &'static str) -> Self {
+    pub fn variant(name: &'static str, variant: &'static Variant) -> Self {
         Impl {
             name,
-            how: How::BoostBinary,
+            how: How::Variant(variant),
         }
     }
 }
@@ -196,9 +226,6 @@ pub struct RunOptions {
     pub filter: Option<String>,
 }
 
-/// Env var naming the bench binary built with `spindle-context/boost` (set by `cargo xtask bench`).
-pub const BOOST_BIN_ENV: &str = "SPINDLE_BENCH_BOOST_BIN";
-
 /// Runs `f`, turning a panic into an error.
 fn catch(f: impl FnOnce() -> Result<f64, String>) -> Result<f64, String> {
     match panic::catch_unwind(AssertUnwindSafe(f)) {
@@ -264,25 +291,28 @@ fn measure_in_child(exe: &Path, bench: &str, imp: &str, quick: bool) -> Result<f
     }
 }
 
-/// Checks once that `$SPINDLE_BENCH_BOOST_BIN` is set and is a bench binary built with the
-/// `context`-crate backend, so that a `spindle-boost` row measures what its name says.
-fn boost_binary() -> Result<PathBuf, String> {
-    let Some(path) = std::env::var_os(BOOST_BIN_ENV) else {
+/// Checks that the variant's env var names a bench binary built with that configuration, so
+/// that its rows measure what their names say.
+fn variant_binary(variant: &Variant) -> Result<PathBuf, String> {
+    let env = variant.env;
+    let Some(path) = std::env::var_os(env) else {
         return Err(format!(
-            "{BOOST_BIN_ENV} is not set: run through `cargo xtask bench`, which builds the \
-             boost-backend copy of this binary"
+            "{env} is not set: run through `cargo xtask bench`, which builds the `{}` copy of \
+             this binary",
+            variant.feature
         ));
     };
     let path = PathBuf::from(path);
     let out = Command::new(&path)
         .arg("backend")
         .output()
-        .map_err(|e| format!("{BOOST_BIN_ENV}={}: cannot run: {e}", path.display()))?;
+        .map_err(|e| format!("{env}={}: cannot run: {e}", path.display()))?;
     let backend = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    if !out.status.success() || backend != "boost" {
+    if !out.status.success() || backend != variant.backend {
         return Err(format!(
-            "{BOOST_BIN_ENV}={} is not a boost-backend bench binary (`backend` printed {backend:?})",
-            path.display()
+            "{env}={} is not a `{}` bench binary (`backend` printed {backend:?})",
+            path.display(),
+            variant.backend
         ));
     }
     Ok(path)
@@ -428,7 +458,7 @@ pub fn run_suite(suite: &Suite, opts: &RunOptions) -> Result<bool, String> {
     );
     println!("{}", header_line());
 
-    let mut boost_bin: Option<Result<PathBuf, String>> = None;
+    let mut variant_bins: Vec<(&'static str, Result<PathBuf, String>)> = Vec::new();
     let mut json_rows = Vec::new();
     let mut all_ok = true;
     for bench in &benches {
@@ -460,10 +490,19 @@ pub fn run_suite(suite: &Suite, opts: &RunOptions) -> Result<bool, String> {
                 let r = match imp.how {
                     How::InProcess(f) => measure_here(f, &ctx),
                     How::Child(_) => measure_in_child(&exe, bench.name, imp.name, opts.quick),
-                    How::BoostBinary => boost_bin
-                        .get_or_insert_with(boost_binary)
-                        .clone()
-                        .and_then(|bin| measure_in_child(&bin, bench.name, "spindle", opts.quick)),
+                    How::Variant(variant) => {
+                        let bin = match variant_bins.iter().find(|(f, _)| *f == variant.feature) {
+                            Some((_, bin)) => bin.clone(),
+                            None => {
+                                let bin = variant_binary(variant);
+                                variant_bins.push((variant.feature, bin.clone()));
+                                bin
+                            }
+                        };
+                        bin.and_then(|bin| {
+                            measure_in_child(&bin, bench.name, "spindle", opts.quick)
+                        })
+                    }
                 };
                 match r {
                     Ok(v) => rows[idx].samples.push(v),

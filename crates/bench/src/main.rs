@@ -164,10 +164,11 @@ fn measure(args: &[String]) -> Result<ExitCode, String> {
         })?;
     let f = match imp.how {
         How::InProcess(f) | How::Child(f) => f,
-        How::BoostBinary => {
+        How::Variant(variant) => {
             return Err(format!(
-                "measure: `{impl_name}` is measured by running `$SPINDLE_BENCH_BOOST_BIN measure \
-                 {bench_name} spindle`, not in this binary"
+                "measure: `{impl_name}` is measured by running `${} measure {bench_name} \
+                 spindle`, not in this binary",
+                variant.env
             ));
         }
     };

@@ -63,19 +63,31 @@ pub(crate) unsafe fn make(top: NonNull<u8>, size: usize, entry: Entry) -> Contex
     // Boost's fresh contexts cannot be entered with `ontop_fcontext` (its trampoline passes the
     // entry the registers the on-top function clobbered), so start every context at once: it
     // comes straight back, suspended in an ordinary jump, which every switch can enter.
-    // SAFETY: `fresh` has just been made; `started` switches back at once.
-    let t = unsafe { fresh.resume(entry as usize) };
+    let launch = Launch {
+        entry,
+        link: (top - mem::size_of::<usize>()) as *mut usize,
+    };
+    // SAFETY: `fresh` has just been made; `started` copies `launch` and switches back at once.
+    let t = unsafe { fresh.resume(&launch as *const Launch as usize) };
     from_boost(t).context
 }
 
+/// What `make` hands to `started`.
+struct Launch {
+    entry: Entry,
+    link: *mut usize,
+}
+
 /// Boost's entry for every context: hands control straight back to `make`, then runs the real
-/// entry with the first real switch's `Transfer`.
+/// entry with the first real switch's `Transfer` and the link.
 extern "C" fn started(t: boost::context::Transfer) -> ! {
-    // SAFETY: `make` passed an `Entry` as the word.
-    let entry = unsafe { mem::transmute::<usize, Entry>(t.data) };
+    // SAFETY: `make` passed a pointer to a `Launch` on its stack, alive until we switch back.
+    let Launch { entry, link } = unsafe { core::ptr::read(t.data as *const Launch) };
     // SAFETY: `t.context` is `make`, suspended in its switch to us.
     let first = unsafe { t.context.resume(0) };
-    entry(from_boost(first))
+    // SAFETY: the link slot lies in the stack's reserved top words: non-null.
+    let link = Link(unsafe { NonNull::new_unchecked(link) });
+    entry(from_boost(first), link)
 }
 
 /// # Safety

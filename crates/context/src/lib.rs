@@ -63,9 +63,9 @@
 //! A context that adds one to every number it is sent:
 //!
 //! ```
-//! use spindle_context::{Context, Transfer};
+//! use spindle_context::{Context, Link, Transfer};
 //!
-//! extern "C" fn add_one(mut t: Transfer) -> ! {
+//! extern "C" fn add_one(mut t: Transfer, _link: Link) -> ! {
 //!     loop {
 //!         // SAFETY: `t.context` is the flow that jumped to us; it is suspended in `jump`.
 //!         t = unsafe { t.context.jump(t.data + 1) };
@@ -132,7 +132,8 @@ unsafe impl Send for Context {}
 
 impl Context {
     /// Prepares a context on a fresh stack: the first switch to it calls `entry` on that stack
-    /// with the [`Transfer`] the switch passed (the context it came from, and its word).
+    /// with the [`Transfer`] the switch passed (the context it came from, and its word) and the
+    /// stack's [`Link`] (whose address also locates anything the creator put above `top`).
     ///
     /// `top` is one past the highest byte of the stack (it is rounded down to 16 bytes) and
     /// `size` the number of usable bytes below it. The top [`STACK_RESERVED`] bytes are
@@ -197,8 +198,11 @@ impl Context {
     ///
     /// # Safety
     ///
-    /// As for [`jump`](Context::jump), and `link` is the link slot of the stack that `self` runs
-    /// on.
+    /// As for [`jump`](Context::jump), and:
+    /// * `link` is the link slot of the stack that `self` runs on;
+    /// * `self` is not itself suspended in `resume` (a resumer): go back to a resumer with
+    ///   [`suspend`] or [`jump`](Context::jump). (On the native backend a resumer's resume
+    ///   address expects to be entered already on its own stack; see the backend's docs.)
     #[inline(always)]
     pub unsafe fn resume(self, data: usize, link: Link) -> Transfer {
         // SAFETY: forwarded contract.
@@ -240,17 +244,23 @@ pub struct Transfer {
     pub data: usize,
 }
 
-/// The function a fresh context runs on its first switch. It must never return: it ends by
-/// switching away for the last time.
-pub type Entry = extern "C" fn(Transfer) -> !;
+/// The function a fresh context runs on its first switch, with the switch's [`Transfer`] and
+/// the link slot of its own stack. It must never return: it ends by switching away for the last
+/// time.
+///
+/// (Boost.Context's entry takes only the transfer; the link is what lets a coroutine's entry
+/// find its state at a fixed place near the top of its stack, so that the first resume can be
+/// exactly like every other one.)
+pub type Entry = extern "C" fn(Transfer, Link) -> !;
 
 /// A function run by [`Context::jump_ontop`] on the target's stack.
 pub type OnTop = extern "C" fn(Transfer) -> Transfer;
 
 /// The slot near the top of a stack prepared by [`Context::new`] that names the context's
 /// resumer: written by [`Context::resume`], read by [`suspend`] and (native backend) by the
-/// unwinder.
+/// unwinder. It is the word just below the `top` given to `Context::new`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(transparent)]
 pub struct Link(NonNull<usize>);
 
 impl Link {

@@ -30,18 +30,26 @@
 //! | `rsi` | the context being left (becomes `Transfer::context`) |
 //! | `rdi` | the word passed (becomes `Transfer::data`) |
 //!
-//! and `rsp` either still on the sender's stack (after `jmp [rdx]` or `call [rdx]`) or already at
-//! `rdx + 8` (after `mov rsp, rdx; ret`). The code at every resume address — the *tail* — starts
-//! with `lea rsp, [rdx + 8]`, which is right in both cases, then pops what the switch pushed.
-//! Because every context has this one format, any switch can enter any context.
+//! Three ways in, chosen for the return-stack buffer (RSB), which predicts `ret`s:
+//! * `jump` (and `jump_ontop`) switch `rsp` to the target and `pop rax; jmp rax`: the RSB is
+//!   left alone.
+//! * `resume` ends with `call [rdx]` on the resumer's own stack: the `call`'s return address is
+//!   the resumer's resume address, pushed on its stack and on the RSB. `rsp` is still on the
+//!   resumer's stack when the target runs.
+//! * `suspend` loads the resumer's context from the link and `ret`s into it: the `ret` pops
+//!   exactly the RSB entry that the resumer's `call` pushed, so it is predicted.
 //!
-//! Three ways in:
-//! * `jump` ends with `jmp [rdx]`: the return-stack buffer (RSB) is left alone.
-//! * `resume` ends with `call [rdx]`: the resumer's resume address is the `call`'s return
-//!   address, pushed on its own stack and on the RSB.
-//! * `suspend` ends with `mov rsp, rdx; ret` into the resumer: the `ret` pops exactly the RSB
-//!   entry that the resumer's `call` pushed, so it is predicted.
+//! So there are two kinds of resume address, with two *tails* (the code that finishes a switch):
+//! * a context that `resume` may enter (made by `make`, left by `jump`, `jump_ontop` or
+//!   `suspend`) starts its tail with `lea rsp, [rdx + 8]`, which moves onto its own stack after
+//!   a `call` and is a no-op after a `jump`;
+//! * a resumer (left by `resume`) is entered only with `rsp` already on its stack (by `ret` or a
+//!   `jump`), so its tail skips the `lea`, which would otherwise sit on the critical path of
+//!   every round trip. Hence the contract of `Context::resume`: its target is never a context
+//!   that is itself suspended in `resume`.
 //!
+//! Both tails then pop what the switch pushed.
+
 //! # A fresh stack
 //!
 //! [`make`] lays out the top of a new stack so that the first switch into it pops an initial
@@ -56,9 +64,13 @@
 //!   top-40 | &entry_trampoline        |  <- sp of the fresh context (top-48 with fp-env)
 //! ```
 //!
-//! The trampoline calls the entry function with `rsp = top - 16`, so the entry's frame is
-//! properly aligned and its return address points into the trampoline, whose CFI tells the
-//! unwinder how to step from the bottom of this stack into the resumer recorded in the link.
+//! The trampoline enters the entry function — with the `Transfer` and the link slot's address —
+//! as if called with `rsp = top - 16`, so the entry's frame is properly aligned and its return
+//! address points into the trampoline, whose CFI tells the unwinder how to step from the bottom
+//! of this stack into the resumer recorded in the link. It pushes that return address by hand
+//! and jumps: the entry never returns, and a real `call` would leave an RSB entry behind that
+//! the first `suspend`'s `ret` would pop instead of the resumer's (two mispredictions per
+//! coroutine, measured as ~15 ns of `create_run_drop`).
 //!
 //! # Unwinding across contexts
 //!
@@ -116,21 +128,53 @@ macro_rules! fp_restore {
 }
 #[cfg(feature = "fp-env")]
 macro_rules! fp_restore {
+    // Only the *control* bits are the context's (the ABI makes MXCSR's exception flags
+    // caller-saved), and they are written only when they differ from the thread's current
+    // ones: `ldmxcsr` followed by `stmxcsr` costs ~80 ns on some CPUs when the exception
+    // flags change (measured on this project's Xeon), which is what restoring the whole
+    // register on every switch would do.
     () => {
         concat!(
-            "ldmxcsr [rsp]\n",   // the entered context's MXCSR
-            "fldcw [rsp + 4]\n", // and x87 control word
-            "add rsp, 8\n",      // drop the FP word
+            "stmxcsr [rsp - 8]\n", // the thread's current MXCSR (below rsp is free)
+            "mov eax, [rsp - 8]\n",
+            "xor eax, [rsp]\n",   // bits that differ from the entered context's
+            "test eax, 0xffc0\n", // control bits: DAZ, masks, rounding, FTZ
+            "jz 7f\n",
+            "mov eax, [rsp - 8]\n",
+            "and eax, 0x3f\n", // keep the current exception flags
+            "mov ecx, [rsp]\n",
+            "and ecx, 0xffc0\n", // take the context's control bits
+            "or eax, ecx\n",
+            "mov [rsp - 8], eax\n",
+            "ldmxcsr [rsp - 8]\n",
+            "7:\n",
+            "fnstcw [rsp - 8]\n", // the thread's x87 control word
+            "mov ax, [rsp - 8]\n",
+            "cmp ax, [rsp + 4]\n",
+            "je 8f\n",
+            "fldcw [rsp + 4]\n", // only if it differs: fldcw is slow too
+            "8:\n",
+            "add rsp, 8\n", // drop the FP word
         )
     };
 }
 
-/// The code at every resume address: switch to the entered context's stack (a no-op when `ret`
-/// already did) and pop what its switch pushed.
+/// The code at a resume address that may be entered by `resume`'s `call`: switch to the entered
+/// context's stack (a no-op when the sender already did) and pop what its switch pushed.
 macro_rules! tail {
     () => {
         concat!(
             "lea rsp, [rdx + 8]\n", // rsp = entered context, past its resume address
+            resumer_tail!(),
+        )
+    };
+}
+
+/// The code at a resume address that is only entered with `rsp` already at `context + 8` (the
+/// resume address popped): a resumer's, entered by `suspend`'s `ret` or by `jump`.
+macro_rules! resumer_tail {
+    () => {
+        concat!(
             fp_restore!(),
             "pop rbx\n", // callee-saved, reserved by LLVM
             "pop rbp\n", // callee-saved, reserved by LLVM (frame pointer)
@@ -195,7 +239,8 @@ unsafe extern "C" fn entry_trampoline() {
         // Until the call below, this frame is half built: say it is the outermost one.
         ".cfi_undefined rip",
         tail!(), // rsp = top - 16: [rsp] = entry, [rsp + 8] = link
-        "xchg rdi, rsi", // entry(Transfer { context: from = rsi, data = rdi })
+        "xchg rdi, rsi",      // entry(Transfer { context: from = rsi, data = rdi },
+        "lea rdx, [rsp + 8]", //       link = the slot at top - 8)
         // From the call on, the caller of this frame is the context in the link slot:
         // DW_CFA_def_cfa_expression, 5 bytes: DW_OP_breg7 (rsp) + 8; DW_OP_deref;
         // DW_OP_plus_uconst FRAME.
@@ -203,8 +248,15 @@ unsafe extern "C" fn entry_trampoline() {
         ".cfi_offset rip, -{frame}", // the resume address, at the bottom of the saved context
         ".cfi_offset rbx, -16",
         ".cfi_offset rbp, -8",
-        "call [rsp]",
-        "ud2", // the entry never returns; also keeps the return address inside this function
+        // Call the entry without `call`: push a return address by hand and jump. The entry
+        // never returns, so a `call` would leave an RSB entry that the first `suspend`'s `ret`
+        // would pop instead of the resumer's — a mispredict there, and another later in the
+        // resumer. The pushed address is what the unwinder sees as the entry's return address.
+        "lea rax, [rip + 2f]",
+        "push rax",
+        "jmp [rsp + 8]",
+        "2:",
+        "ud2", // never reached: the entry never returns
         ".cfi_endproc",
         frame = const FRAME,
     )
@@ -224,8 +276,10 @@ unsafe extern "C" fn ontop_trampoline() {
         "call rcx",           // returns the Transfer for the target in rax:rdx
         "mov rsi, rax",       // Transfer::context
         "mov rdi, rdx",       // Transfer::data
-        "mov rdx, rbx",       // the context to enter
-        "jmp [rdx]",          // its tail restores rsp, rbx and rbp
+        "mov rdx, rbx",       // the context to enter:
+        "mov rsp, rdx",       // onto its stack,
+        "pop rax",            // its resume address,
+        "jmp rax",            // and in (its tail pops rbx and rbp)
         ".cfi_endproc",
     )
 }
@@ -248,7 +302,9 @@ pub(crate) unsafe fn jump(to: Context, data: usize) -> Transfer {
             "lea rax, [rip + 2f]", // our resume address
             "push rax",
             "mov rsi, rsp", // we are now a saved context: the target's Transfer::context
-            "jmp [rdx]",    // enter the target; the RSB is left untouched
+            "mov rsp, rdx", // onto the target's stack,
+            "pop rax",      // its resume address,
+            "jmp rax",      // and in; the RSB is left untouched
             "2:",
             tail!(),
             in("rdx") to.0.as_ptr(),
@@ -309,7 +365,9 @@ pub(crate) unsafe fn resume(to: Context, data: usize, link: Link) -> Transfer {
             "lea rsi, [rsp - 8]", // our context once the call has pushed its return address
             "mov [rcx], rsi",     // the target's link: its resumer, for suspend and unwinders
             "call [rdx]",         // enter the target; its suspend's `ret` comes back here
-            tail!(),
+            // Our resume address: entered only with rsp already on our stack (see the module
+            // docs), so no `lea rsp` here — it would sit on the critical path of every switch.
+            resumer_tail!(),
             in("rdx") to.0.as_ptr(),
             in("rcx") link.as_ptr(),
             inlateout("rdi") data => data_in,
@@ -337,8 +395,7 @@ pub(crate) unsafe fn suspend(link: Link, data: usize) -> usize {
             "lea rax, [rip + 2f]",
             "push rax",
             "mov rsi, rsp",   // our context, for the resumer's Transfer
-            "mov rdx, [rcx]", // the resumer
-            "mov rsp, rdx",
+            "mov rsp, [rcx]", // the resumer's stack (its tail needs nothing else: no rdx)
             "ret",            // pops the resumer's return address: predicted by the RSB
             "2:",
             tail!(),

@@ -49,7 +49,7 @@ fn stack_pointer() -> usize {
 
 #[test]
 fn jump_passes_words_both_ways() {
-    extern "C" fn doubler(mut t: Transfer) -> ! {
+    extern "C" fn doubler(mut t: Transfer, _link: Link) -> ! {
         loop {
             // SAFETY: `t.context` is the test, suspended in `jump`.
             t = unsafe { t.context.jump(t.data * 2) };
@@ -67,7 +67,7 @@ fn jump_passes_words_both_ways() {
 
 #[test]
 fn entry_receives_the_jumping_context_and_word() {
-    extern "C" fn echo_first(t: Transfer) -> ! {
+    extern "C" fn echo_first(t: Transfer, _link: Link) -> ! {
         let word = t.data;
         // SAFETY: `t.context` is the test, suspended in `jump`.
         unsafe { t.context.jump(word ^ 0xA5A5) };
@@ -82,9 +82,24 @@ fn entry_receives_the_jumping_context_and_word() {
 }
 
 #[test]
+fn the_entry_receives_its_own_stacks_link() {
+    extern "C" fn report_link(t: Transfer, link: Link) -> ! {
+        // SAFETY: the test, suspended in `jump`.
+        unsafe { t.context.jump(link.as_ptr() as usize) };
+        unreachable!();
+    }
+    let mut stack = TestStack::new(16 * 1024);
+    let ctx = stack.context(report_link);
+    let expected = stack.link().as_ptr() as usize;
+    // SAFETY: fresh context.
+    let t = unsafe { ctx.jump(0) };
+    assert_eq!(t.data, expected);
+}
+
+#[test]
 fn resume_and_suspend_round_trip_through_the_link() {
     // The context counts the words it receives and suspends back with the running sum.
-    extern "C" fn summer(t: Transfer) -> ! {
+    extern "C" fn summer(t: Transfer, _link: Link) -> ! {
         // SAFETY: the data word of the first resume is the link (see the test).
         let link: Link = unsafe { *(t.data as *const Link) };
         let mut sum = 0usize;
@@ -125,7 +140,7 @@ fn nested_resume_chain() {
     thread_local! {
         static LEVELS: Cell<*mut Level> = const { Cell::new(std::ptr::null_mut()) };
     }
-    extern "C" fn level(t: Transfer) -> ! {
+    extern "C" fn level(t: Transfer, _link: Link) -> ! {
         let mut depth = t.data;
         loop {
             let levels = LEVELS.with(|l| l.get());
@@ -184,7 +199,7 @@ fn ontop_runs_on_the_target_stack_and_maps_the_transfer() {
             data: t.data + 10,
         }
     }
-    extern "C" fn echo(mut t: Transfer) -> ! {
+    extern "C" fn echo(mut t: Transfer, _link: Link) -> ! {
         loop {
             // SAFETY: `t.context` is the test, suspended.
             t = unsafe { t.context.jump(t.data) };
@@ -247,7 +262,7 @@ fn a_long_chain_of_finished_contexts_frees_each_stack_off_itself_without_growing
             data: 0,
         }
     }
-    extern "C" fn hop(t: Transfer) -> ! {
+    extern "C" fn hop(t: Transfer, _link: Link) -> ! {
         // SAFETY: `free_finished` passed us our `Box<Handoff>`.
         let handoff = unsafe { Box::from_raw(t.data as *mut Handoff) };
         let Handoff {
@@ -310,7 +325,7 @@ fn a_long_chain_of_finished_contexts_frees_each_stack_off_itself_without_growing
 fn floats_and_formatting_work_on_a_context_stack() {
     // `format!` and `parse::<f64>` use SSE with aligned spills: a misaligned stack or lost SSE
     // state shows up here.
-    extern "C" fn floaty(t: Transfer) -> ! {
+    extern "C" fn floaty(t: Transfer, _link: Link) -> ! {
         let mut ctx = t.context;
         let mut x = 1.0f64 / 3.0;
         let mut word = t.data;
@@ -362,7 +377,7 @@ mod mxcsr {
 #[cfg(target_arch = "x86_64")]
 fn floating_point_environment_follows_the_documented_semantics() {
     // The context switches the rounding mode to "up" and suspends without restoring it.
-    extern "C" fn round_up(t: Transfer) -> ! {
+    extern "C" fn round_up(t: Transfer, _link: Link) -> ! {
         mxcsr::set((mxcsr::get() & !mxcsr::ROUND_MASK) | mxcsr::ROUND_UP);
         let mut t = t;
         loop {
@@ -422,7 +437,7 @@ fn a_backtrace_from_inside_shows_the_context_then_the_resumer() {
     fn deep_inside_the_context() -> String {
         std::hint::black_box(format!("{}", std::backtrace::Backtrace::force_capture()))
     }
-    extern "C" fn tracer(t: Transfer) -> ! {
+    extern "C" fn tracer(t: Transfer, _link: Link) -> ! {
         let text = deep_inside_the_context();
         let leaked: &'static str = Box::leak(text.into_boxed_str());
         TRACE.with(|c| c.set(Some(leaked)));
@@ -473,7 +488,7 @@ fn a_backtrace_from_inside_shows_the_context_then_the_resumer() {
 fn a_context_without_a_resumer_ends_its_backtrace_cleanly() {
     // Entered by `jump` (no link ever written): the unwinder must stop at the bottom of the
     // context's stack instead of wandering off into garbage.
-    extern "C" fn tracer(t: Transfer) -> ! {
+    extern "C" fn tracer(t: Transfer, _link: Link) -> ! {
         let text = format!("{}", std::backtrace::Backtrace::force_capture());
         let ok = text.contains("tracer") as usize;
         // SAFETY: the test, suspended in `jump`.

@@ -1,5 +1,6 @@
 //! The coroutine: creation, resume, and the forced unwind on drop.
 
+use std::any::Any;
 use std::fmt;
 use std::marker::PhantomData;
 use std::mem::{self, ManuallyDrop};
@@ -9,9 +10,7 @@ use std::ptr::{self, NonNull};
 use spindle_context::{Context, Entry, Link, STACK_RESERVED, Transfer};
 use spindle_stack::{Owner, SharedSlot, SharedStack, Stack, StackError, StackPool};
 
-use crate::exchange::{
-    Exchange, ExchangeHead, ForcedUnwind, PANICKED, RETURNED, Start, UNWIND, UNWOUND, YIELDED,
-};
+use crate::exchange::{ForcedUnwind, PANICKED, RETURNED, Slot, TAG, UNWIND, UNWOUND, YIELDED};
 use crate::{DefaultStack, Yielder, id};
 
 /// What a [`resume`](Coroutine::resume) produced.
@@ -52,15 +51,74 @@ enum State {
 }
 
 /// The closure of a coroutine that has not started, type-erased.
+///
+/// The closure lives in the *closure slot* right above the context's top (the word above the
+/// [`Link`]): the closure itself for small closures on stacks the coroutine owns, or a pointer to
+/// a boxed closure (big closures, and copying stacks, whose region is not ours until the first
+/// resume). The entry function, monomorphised for the placement, finds it there from its link;
+/// so the first resume is exactly like every other one.
 struct Initial {
-    /// Where the closure is: at the top of the coroutine's stack, or in a `Box`.
+    /// The closure (on the stack) or the box holding it.
     closure: NonNull<u8>,
+    /// How to run or drop it.
+    vtable: &'static InitialVtable,
+}
+
+/// The type-specific operations on an [`Initial`] closure (one static table per closure type
+/// and placement, so a coroutine carries one pointer instead of two).
+struct InitialVtable {
     /// Drops the closure without running it (the coroutine is dropped before it started).
     drop: unsafe fn(NonNull<u8>),
-    /// Frees the closure's memory after the entry moved the closure out (no-op on the stack).
-    release: unsafe fn(NonNull<u8>),
-    /// The monomorphised entry function, for stacks whose first frame is built on first resume.
+    /// The monomorphised entry function.
     entry: Entry,
+}
+
+/// The vtables, as associated constants so that `&Vtables::<..>::IN_PLACE` is promoted to a
+/// `'static`.
+struct Vtables<F, Input, Yield, Return>(PhantomData<(F, Input, Yield, Return)>);
+
+impl<F, Input, Yield, Return> Vtables<F, Input, Yield, Return>
+where
+    F: FnOnce(&Yielder<Input, Yield>, Input) -> Return,
+{
+    const IN_PLACE: InitialVtable = InitialVtable {
+        drop: drop_in_place::<F>,
+        entry: coroutine_entry::<F, Input, Yield, Return, InPlace>,
+    };
+    const BOXED: InitialVtable = InitialVtable {
+        drop: drop_box::<F>,
+        entry: coroutine_entry::<F, Input, Yield, Return, Boxed>,
+    };
+}
+
+/// Where the entry finds its closure: the placement, as a type parameter of the entry.
+trait Placement {
+    /// Moves the closure out of the closure slot at `slot`.
+    ///
+    /// # Safety
+    ///
+    /// `slot` is the closure slot of a coroutine that has not started, placed this way.
+    unsafe fn take<F>(slot: *mut u8) -> F;
+}
+
+/// The closure itself is in the slot.
+struct InPlace;
+/// The slot holds a `Box<F>`'s pointer.
+struct Boxed;
+
+impl Placement for InPlace {
+    unsafe fn take<F>(slot: *mut u8) -> F {
+        // SAFETY: the slot holds a live F that is moved out exactly once (caller's contract).
+        unsafe { ptr::read(slot.cast::<F>()) }
+    }
+}
+
+impl Placement for Boxed {
+    unsafe fn take<F>(slot: *mut u8) -> F {
+        // SAFETY: the slot holds the pointer of a `Box<F>` (caller's contract); the box is
+        // consumed exactly once.
+        unsafe { *Box::from_raw(slot.cast::<*mut F>().read()) }
+    }
 }
 
 /// A stackful coroutine: a closure running on its own stack, which can suspend at any depth.
@@ -240,113 +298,113 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
         &mut self,
         input: Input,
     ) -> Result<CoroutineResult<Yield, Return>, ResumeError<Input>> {
-        match self.state {
-            State::Suspended => {}
-            State::NotStarted => return self.start(input),
-            State::Finished => {
-                return Err(ResumeError {
-                    kind: ResumeErrorKind::Finished,
-                    input,
-                });
-            }
-        }
         if S::COPYING {
-            let sp = self.context.as_ref().map(Context::as_ptr);
             // SAFETY: we are on the thread that owns the stack (the coroutine is !Send), in the
             // resumer, not on the region (a coroutine running on it would be its occupant and
             // make this fail with `SharedStackBusy`).
-            if let Err(e) = unsafe { self.stack.before_resume(sp) } {
-                return Err(ResumeError {
-                    kind: ResumeErrorKind::Stack(e),
-                    input,
-                });
+            if let Err(kind) = unsafe { self.take_region() } {
+                return Err(ResumeError { kind, input });
             }
         }
-        let mut exchange = Exchange::<Input, Yield, Return>::new(Some(input));
-        let Some(context) = self.context.take() else {
-            unreachable!("a suspended coroutine has a context")
+        // Not started (on a stack it owns) and suspended look the same from here: a context to
+        // resume with an exchange. Finished coroutines have none.
+        let Some(context) = &self.context else {
+            return Err(ResumeError {
+                kind: ResumeErrorKind::Finished,
+                input,
+            });
         };
-        // SAFETY: the coroutine is suspended in `Yielder::suspend` on its own stack, which is
-        // alive (we own it) and holds its bytes (restored just above for a copying stack);
-        // `link` is that stack's link slot; the exchange outlives the switch.
-        let t = unsafe { context.resume(&mut exchange as *mut _ as usize, self.link) };
-        Ok(self.switched_back(t, &mut exchange))
+        // The field keeps its (now stale) value until the switch back overwrites it: not
+        // clearing it keeps the loop-carried context in a register instead of a store/reload.
+        // SAFETY: the pointer of a suspended context, which this resume consumes.
+        let context = unsafe { Context::from_ptr(context.as_ptr()) };
+        let input = Slot::new(input);
+        // SAFETY: the coroutine is fresh or suspended in `Yielder::suspend`, on its own stack,
+        // which is alive (we own it) and holds its bytes (restored for a copying stack); `link`
+        // is that stack's link slot. The coroutine moves the input out of `input` before it
+        // switches back.
+        let t = unsafe { context.resume(input.word(0), self.link) };
+        Ok(self.switched_back(t))
     }
 
-    /// The first resume: moves the closure onto the coroutine's stack and runs it.
-    fn start(
-        &mut self,
-        input: Input,
-    ) -> Result<CoroutineResult<Yield, Return>, ResumeError<Input>> {
-        let Some(initial) = self.initial.take() else {
-            unreachable!("a coroutine that has not started has its closure")
-        };
-        if S::COPYING {
-            // SAFETY: as in `try_resume`; nothing to restore yet.
-            if let Err(e) = unsafe { self.stack.before_resume(None) } {
-                self.initial = Some(initial);
-                return Err(ResumeError {
-                    kind: ResumeErrorKind::Stack(e),
-                    input,
-                });
+    /// Copying stacks: makes the region ours (evicting its occupant), and on the first resume
+    /// builds the coroutine's first frame there.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Stack::before_resume`].
+    #[cold]
+    unsafe fn take_region(&mut self) -> Result<(), ResumeErrorKind> {
+        match self.state {
+            State::Finished => Err(ResumeErrorKind::Finished),
+            State::Suspended => {
+                let sp = self.context.as_ref().map(Context::as_ptr);
+                // SAFETY: forwarded contract.
+                unsafe { self.stack.before_resume(sp) }.map_err(ResumeErrorKind::Stack)
             }
-            let top = self.stack.top();
-            // SAFETY: the region is ours now (we are its occupant) and `top` is its top.
-            self.context =
-                Some(unsafe { Context::new(top, self.stack.usable_size(), initial.entry) });
+            State::NotStarted => {
+                // SAFETY: forwarded contract; nothing to restore yet.
+                unsafe { self.stack.before_resume(None) }.map_err(ResumeErrorKind::Stack)?;
+                let Some(initial) = &self.initial else {
+                    unreachable!("a coroutine that has not started has its closure")
+                };
+                // The region is ours: put the closure's box pointer in the closure slot and
+                // build the first frame under it.
+                let slot = self.link.as_ptr().wrapping_add(1);
+                // SAFETY: the slot is the region's top word (see `assemble`), ours now.
+                unsafe { slot.cast::<*mut u8>().write(initial.closure.as_ptr()) };
+                let context_top = slot as usize & !15;
+                let size = context_top - self.stack.limit().as_ptr() as usize;
+                // SAFETY: `[limit, context_top)` is the region, ours until we are evicted, which
+                // saves whatever we leave there.
+                self.context = Some(unsafe {
+                    Context::new(
+                        NonNull::new_unchecked(context_top as *mut u8),
+                        size,
+                        initial.vtable.entry,
+                    )
+                });
+                Ok(())
+            }
         }
-        let mut exchange = Exchange::<Input, Yield, Return>::new(Some(input));
-        let start = Start::<Input, Yield, Return> {
-            exchange: &mut exchange,
-            closure: initial.closure.as_ptr(),
-            link: self.link,
-        };
-        let Some(context) = self.context.take() else {
-            unreachable!("a coroutine that has not started has its first context")
-        };
-        self.state = State::Suspended;
-        // SAFETY: `context` is fresh, made on this coroutine's stack with this link; `start` and
-        // the exchange outlive the switch.
-        let t = unsafe { context.resume(&start as *const _ as usize, self.link) };
-        // The entry moved the closure out before doing anything else.
-        // SAFETY: the closure's memory is not used any more.
-        unsafe { (initial.release)(initial.closure) };
-        Ok(self.switched_back(t, &mut exchange))
     }
 
     /// Interprets the word the coroutine switched back with.
     #[inline]
-    fn switched_back(
-        &mut self,
-        t: Transfer,
-        exchange: &mut Exchange<Input, Yield, Return>,
-    ) -> CoroutineResult<Yield, Return> {
-        match t.data {
+    fn switched_back(&mut self, t: Transfer) -> CoroutineResult<Yield, Return> {
+        match t.data & TAG {
             YIELDED => {
+                // SAFETY: the coroutine sent a slot with the yielded value on its stack, which
+                // stays put while it is suspended (for a copying stack: until another coroutine
+                // takes the region, which cannot happen before we return).
+                let value = unsafe { Slot::<Yield>::take(t.data) };
                 if S::COPYING {
                     // SAFETY: the coroutine has just suspended with this stack pointer.
                     unsafe { self.stack.after_suspend(t.context.as_ptr()) };
                 }
                 self.context = Some(t.context);
-                // SAFETY: the coroutine wrote the yielded value before switching with YIELDED.
-                CoroutineResult::Yield(unsafe { exchange.head.yielded.assume_init_read() })
+                self.state = State::Suspended;
+                CoroutineResult::Yield(value)
             }
             RETURNED => {
+                // SAFETY: the entry sent a slot with the return value; it never runs again.
+                let value = unsafe { Slot::<Return>::take(t.data) };
                 self.finished();
-                // SAFETY: written before switching with RETURNED.
-                CoroutineResult::Return(unsafe { exchange.returned.assume_init_read() })
+                CoroutineResult::Return(value)
             }
             PANICKED => {
+                // SAFETY: the entry sent a slot with the panic payload; it never runs again.
+                let payload = unsafe { Slot::<Box<dyn Any + Send>>::take(t.data) };
                 self.finished();
-                // SAFETY: written before switching with PANICKED.
-                resume_unwind(unsafe { exchange.panic.assume_init_read() })
+                resume_unwind(payload)
             }
-            other => unreachable!("a plain resume is never answered with {other}"),
+            other => unreachable!("a plain resume is never answered with tag {other}"),
         }
     }
 
     fn finished(&mut self) {
         self.state = State::Finished;
+        self.context = None;
         if S::COPYING {
             // SAFETY: the coroutine finished; nothing of it is left on the region.
             unsafe { self.stack.after_finish() };
@@ -367,7 +425,7 @@ impl<Input, Yield, Return, S: Stack> Drop for Coroutine<Input, Yield, Return, S>
             State::NotStarted => {
                 if let Some(initial) = self.initial.take() {
                     // SAFETY: the closure never ran; it is dropped exactly once.
-                    unsafe { (initial.drop)(initial.closure) };
+                    unsafe { (initial.vtable.drop)(initial.closure) };
                 }
             }
             State::Suspended => {
@@ -400,34 +458,32 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
                     return false;
                 }
             }
-            let mut exchange = Exchange::<Input, Yield, Return>::new(None);
             let Some(context) = self.context.take() else {
                 unreachable!("a suspended coroutine has a context")
             };
-            let word = (&mut exchange as *mut Exchange<Input, Yield, Return> as usize) | UNWIND;
-            // SAFETY: as in `try_resume`; with UNWIND set the coroutine reads no input.
-            let t = unsafe { context.resume(word, self.link) };
-            match t.data {
+            // SAFETY: as in `try_resume`; with UNWIND the coroutine reads no input.
+            let t = unsafe { context.resume(UNWIND, self.link) };
+            match t.data & TAG {
                 YIELDED => {
-                    // It caught the unwind and suspended again; that `suspend` unwinds at once
-                    // on the next round. Drop what it yielded.
+                    // It caught the unwind and suspended again; its next `suspend` unwinds
+                    // again on the next round. Drop what it yielded.
+                    // SAFETY: as in `switched_back`.
+                    drop(unsafe { Slot::<Yield>::take(t.data) });
                     if S::COPYING {
                         // SAFETY: it has just suspended with this stack pointer.
                         unsafe { self.stack.after_suspend(t.context.as_ptr()) };
                     }
                     self.context = Some(t.context);
-                    // SAFETY: written before switching with YIELDED.
-                    drop(unsafe { exchange.head.yielded.assume_init_read() });
                 }
                 RETURNED => {
+                    // SAFETY: as in `switched_back`.
+                    drop(unsafe { Slot::<Return>::take(t.data) });
                     self.finished();
-                    // SAFETY: written before switching with RETURNED.
-                    drop(unsafe { exchange.returned.assume_init_read() });
                 }
                 PANICKED => {
+                    // SAFETY: as in `switched_back`.
+                    escaped = Some(unsafe { Slot::<Box<dyn Any + Send>>::take(t.data) });
                     self.finished();
-                    // SAFETY: written before switching with PANICKED.
-                    escaped = Some(unsafe { exchange.panic.assume_init_read() });
                 }
                 _ => self.finished(), // UNWOUND
             }
@@ -456,42 +512,40 @@ impl<Input, Yield, Return, S: Stack> fmt::Debug for Coroutine<Input, Yield, Retu
     }
 }
 
-/// The entry function of every coroutine, monomorphised per closure type.
-extern "C" fn coroutine_entry<F, Input, Yield, Return>(t: Transfer) -> !
+/// The entry function of every coroutine, monomorphised per closure type and placement.
+extern "C" fn coroutine_entry<F, Input, Yield, Return, P: Placement>(t: Transfer, link: Link) -> !
 where
     F: FnOnce(&Yielder<Input, Yield>, Input) -> Return,
 {
-    // SAFETY: the first resume passes a `Start` that lives in the resumer's frame for as long
-    // as the resumer is suspended; we read it before anything else.
-    let start = unsafe { &*(t.data as *const Start<Input, Yield, Return>) };
-    let link = start.link;
-    let exchange = start.exchange;
-    // SAFETY: the closure was written for us and is moved out exactly once, here; the resumer
-    // frees its memory (without dropping it) once we switch back.
-    let f = unsafe { ptr::read(start.closure.cast::<F>()) };
-    let yielder = Yielder::new(link, exchange.cast::<ExchangeHead<Input, Yield>>());
-    // SAFETY: the first resume wrote the input.
-    let input = unsafe { (*exchange).head.input.assume_init_read() };
+    // Every resume sends its input slot, the first one too.
+    let first = t.data;
+    // SAFETY: the closure slot is the word above our link (see `assemble` / `take_region`),
+    // placed as `P` says; this runs once per coroutine.
+    let f = unsafe { P::take::<F>(link.as_ptr().wrapping_add(1).cast()) };
+    let yielder = Yielder::new(link);
+    // SAFETY: the first resume sends a slot with the input (never UNWIND: a coroutine that
+    // has not started is dropped without being switched to).
+    let input = unsafe { Slot::<Input>::take(first) };
     let outcome = catch_unwind(AssertUnwindSafe(|| f(&yielder, input)));
-    // The exchange of the resume that is running us now (suspends replaced it).
-    let exchange = yielder.exchange().cast::<Exchange<Input, Yield, Return>>();
-    let tag = match outcome {
+    // The output stays in this frame; the resumer moves it out after the last switch.
+    let returned;
+    let panicked;
+    let word = match outcome {
         Ok(value) => {
-            // SAFETY: the current resumer's exchange, alive while it waits for us.
-            unsafe { (*exchange).returned.write(value) };
-            RETURNED
+            returned = Slot::new(value);
+            returned.word(RETURNED)
         }
         Err(payload) if payload.is::<ForcedUnwind>() && yielder.is_unwinding() => UNWOUND,
         Err(payload) => {
-            // SAFETY: as above.
-            unsafe { (*exchange).panic.write(payload) };
-            PANICKED
+            panicked = Slot::new(payload);
+            panicked.word(PANICKED)
         }
     };
-    // Nothing with a destructor is left on this stack. Switch back for the last time.
+    // Nothing with a destructor is left on this stack (slots never drop their contents).
+    // Switch back for the last time.
     // SAFETY: we were entered by `Context::resume` with this link.
-    unsafe { spindle_context::suspend(link, tag) };
-    // A finished coroutine is never resumed (its state says Finished).
+    unsafe { spindle_context::suspend(link, word) };
+    // A finished coroutine is never resumed (it has no context any more).
     std::process::abort()
 }
 
@@ -611,46 +665,45 @@ impl Builder {
             id,
             name: self.name.as_deref(),
         });
-        let entry: Entry = coroutine_entry::<F, Input, Yield, Return>;
-        let top = stack.top();
-        let fits_on_stack = mem::size_of::<F>() <= MAX_CLOSURE_ON_STACK && !S::COPYING;
-        let (closure, drop, release, context_top) = if fits_on_stack {
-            // The closure goes right under the top; the context's own area goes under it.
+        let top = stack.top().as_ptr() as usize;
+        let in_place = mem::size_of::<F>() <= MAX_CLOSURE_ON_STACK && !S::COPYING;
+        // The closure slot sits right under the top, the context's own area right under it.
+        let (slot, vtable): (usize, &'static InitialVtable) = if in_place {
             let align = mem::align_of::<F>().max(16);
-            let closure_at = (top.as_ptr() as usize - mem::size_of::<F>()) & !(align - 1);
-            let closure = closure_at as *mut F;
-            // SAFETY: the stack is ours and unused; `closure_at` is aligned for F and inside it
-            // (the stack is far larger than MAX_CLOSURE_ON_STACK plus the reserved words).
-            unsafe { closure.write(f) };
             (
-                closure.cast::<u8>(),
-                drop_in_place::<F> as unsafe fn(_),
-                release_nothing as unsafe fn(_),
-                closure_at,
+                (top - mem::size_of::<F>()) & !(align - 1),
+                &Vtables::<F, Input, Yield, Return>::IN_PLACE,
             )
         } else {
-            let closure = Box::into_raw(Box::new(f));
-            (
-                closure.cast::<u8>(),
-                drop_box::<F> as unsafe fn(_),
-                release_box::<F> as unsafe fn(_),
-                top.as_ptr() as usize,
-            )
+            (top - 16, &Vtables::<F, Input, Yield, Return>::BOXED)
         };
-        let context_top = context_top & !15;
+        let closure: *mut u8 = if in_place {
+            // SAFETY: the stack is ours and unused; `slot` is aligned for F and inside it (a
+            // stack is far larger than MAX_CLOSURE_ON_STACK plus the reserved words).
+            unsafe { (slot as *mut F).write(f) };
+            slot as *mut u8
+        } else {
+            let boxed = Box::into_raw(Box::new(f)).cast::<u8>();
+            if !S::COPYING {
+                // SAFETY: the top word of the stack, ours and unused.
+                unsafe { (slot as *mut *mut u8).write(boxed) };
+            } // (a copying stack gets it on the first resume, when the region is ours)
+            boxed
+        };
+        // `slot` is 16-aligned in both cases, so it is the context's top as is.
         // SAFETY: non-null: below a stack's top, far above address 0.
-        let context_top = unsafe { NonNull::new_unchecked(context_top as *mut u8) };
-        // SAFETY: the stack was prepared (for copying stacks: will be prepared on first resume)
-        // by `Context::new` at `context_top`.
+        let context_top = unsafe { NonNull::new_unchecked(slot as *mut u8) };
+        // SAFETY: `Context::new` prepares (for copying stacks: will prepare, on the first
+        // resume) this stack at `context_top`.
         let link = unsafe { Link::for_stack(context_top) };
         let context = if S::COPYING {
             None // built on the region at the first resume, when the region is ours
         } else {
-            let size = context_top.as_ptr() as usize - stack.limit().as_ptr() as usize;
+            let size = slot - stack.limit().as_ptr() as usize;
             debug_assert!(size > STACK_RESERVED + spindle_context::MIN_STACK_SIZE);
-            // SAFETY: `[limit, context_top)` is unused stack memory owned by `stack`, which the
+            // SAFETY: `[limit, slot)` is unused stack memory owned by `stack`, which the
             // coroutine keeps alive until the context is gone.
-            Some(unsafe { Context::new(context_top, size, entry) })
+            Some(unsafe { Context::new(context_top, size, vtable.entry) })
         };
         Coroutine {
             stack: ManuallyDrop::new(stack),
@@ -659,9 +712,7 @@ impl Builder {
             initial: Some(Initial {
                 // SAFETY: from a reference or a Box: non-null.
                 closure: unsafe { NonNull::new_unchecked(closure) },
-                drop,
-                release,
-                entry,
+                vtable,
             }),
             state: State::NotStarted,
             id,
@@ -680,24 +731,10 @@ unsafe fn drop_in_place<F>(p: NonNull<u8>) {
 
 /// # Safety
 ///
-/// Nothing to do; the closure's memory belongs to the stack.
-unsafe fn release_nothing(_: NonNull<u8>) {}
-
-/// # Safety
-///
 /// `p` came from `Box::<F>::into_raw` and the `F` in it is live and not used afterwards.
 unsafe fn drop_box<F>(p: NonNull<u8>) {
     // SAFETY: forwarded contract.
     drop(unsafe { Box::from_raw(p.cast::<F>().as_ptr()) })
-}
-
-/// # Safety
-///
-/// `p` came from `Box::<F>::into_raw` and the `F` in it has been moved out.
-unsafe fn release_box<F>(p: NonNull<u8>) {
-    // SAFETY: forwarded contract; ManuallyDrop<F> has F's layout, so this frees the box without
-    // dropping the moved-out value.
-    drop(unsafe { Box::from_raw(p.cast::<ManuallyDrop<F>>().as_ptr()) })
 }
 
 impl<Input, Yield, Return> Coroutine<Input, Yield, Return, SharedSlot>

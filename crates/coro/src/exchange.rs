@@ -1,70 +1,70 @@
 //! The protocol between a resumer and its coroutine: what crosses a switch.
 //!
-//! A switch carries one word each way. Resumer → coroutine: a pointer to an [`Exchange`] in the
-//! resumer's `resume` frame, holding the input (with [`UNWIND`] or-ed in to ask the coroutine
-//! to unwind instead; on the first resume, a pointer to a [`Start`] instead). Coroutine →
-//! resumer: a tag ([`YIELDED`], [`RETURNED`], [`PANICKED`], [`UNWOUND`]) saying which field of
-//! that same exchange now holds the output. The exchange lives exactly as long as the resumer is
-//! suspended in the switch, which is as long as the coroutine may use it.
+//! A switch carries one word each way, and every value travels by pointer to the sender's own
+//! stack, read by the receiver right after the switch (while the sender is suspended, so the
+//! value is still there):
+//!
+//! * resumer → coroutine: a pointer to a [`Slot`] holding the input, in the resumer's `resume`
+//!   frame — or [`UNWIND`] (odd, so never a slot) to ask the coroutine to unwind instead;
+//! * coroutine → resumer: a pointer to a [`Slot`] on the coroutine's stack holding the output,
+//!   with a tag in its low bits: [`YIELDED`], [`RETURNED`], [`PANICKED`], or [`UNWOUND`] (no
+//!   value).
+//!
+//! Neither side keeps a pointer into the other's stack between switches, so nothing has to be
+//! stored and reloaded on the way: the hot path is the switch itself.
 
-use std::any::Any;
 use std::mem::MaybeUninit;
 
-use spindle_context::Link;
+/// Coroutine → resumer: the slot holds the yielded value; the coroutine is suspended.
+pub(crate) const YIELDED: usize = 0;
+/// Coroutine → resumer: the slot holds the return value; the coroutine finished.
+pub(crate) const RETURNED: usize = 1;
+/// Coroutine → resumer: the slot holds a panic payload; the coroutine finished.
+pub(crate) const PANICKED: usize = 2;
+/// Coroutine → resumer: a forced unwind reached the entry; the coroutine finished. No slot.
+pub(crate) const UNWOUND: usize = 3;
+/// The tag bits of a coroutine → resumer word.
+pub(crate) const TAG: usize = 0b111;
 
-/// Coroutine → resumer: `Exchange::yielded` holds a value; the coroutine is suspended.
-pub(crate) const YIELDED: usize = 1;
-/// Coroutine → resumer: `Exchange::returned` holds the return value; the coroutine finished.
-pub(crate) const RETURNED: usize = 2;
-/// Coroutine → resumer: `Exchange::panic` holds a panic payload; the coroutine finished.
-pub(crate) const PANICKED: usize = 3;
-/// Coroutine → resumer: a forced unwind reached the entry; the coroutine finished.
-pub(crate) const UNWOUND: usize = 4;
-
-/// Resumer → coroutine: or-ed into the exchange pointer (which is at least 8-aligned) to ask a
-/// suspended coroutine to unwind its stack from its `suspend` call.
+/// Resumer → coroutine: unwind the stack from the pending `suspend` (instead of an input).
 pub(crate) const UNWIND: usize = 1;
 
-/// One resume's worth of values. `repr(C)` so that a pointer to it can be used as a pointer to
-/// its [`ExchangeHead`] prefix by code that does not know `R` (the [`Yielder`](crate::Yielder)).
-#[repr(C)]
-pub(crate) struct Exchange<I, Y, R> {
-    pub(crate) head: ExchangeHead<I, Y>,
-    pub(crate) returned: MaybeUninit<R>,
-    pub(crate) panic: MaybeUninit<Box<dyn Any + Send>>,
-}
+/// A value in transit, aligned so that the low three bits of its address are free for a tag.
+#[repr(C, align(8))]
+pub(crate) struct Slot<T>(MaybeUninit<T>);
 
-/// The part of an [`Exchange`] the yielder uses.
-#[repr(C)]
-pub(crate) struct ExchangeHead<I, Y> {
-    /// Written by the resumer before the switch; moved out by the coroutine right after it.
-    pub(crate) input: MaybeUninit<I>,
-    /// Written by the coroutine before it switches back with [`YIELDED`].
-    pub(crate) yielded: MaybeUninit<Y>,
-}
+impl<T> Slot<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Slot(MaybeUninit::new(value))
+    }
 
-impl<I, Y, R> Exchange<I, Y, R> {
-    pub(crate) fn new(input: Option<I>) -> Self {
-        Exchange {
-            head: ExchangeHead {
-                input: match input {
-                    Some(input) => MaybeUninit::new(input),
-                    None => MaybeUninit::uninit(),
-                },
-                yielded: MaybeUninit::uninit(),
-            },
-            returned: MaybeUninit::uninit(),
-            panic: MaybeUninit::uninit(),
+    /// The word that sends this slot with `tag`. A zero-sized value needs no address, so the
+    /// word is just the tag (one register less for the compiler to keep around a switch).
+    #[inline(always)]
+    pub(crate) fn word(&self, tag: usize) -> usize {
+        if size_of::<T>() == 0 {
+            tag
+        } else {
+            self as *const Self as usize | tag
         }
     }
-}
 
-/// What the first resume passes instead of a bare exchange: where the closure is, and the link.
-pub(crate) struct Start<I, Y, R> {
-    pub(crate) exchange: *mut Exchange<I, Y, R>,
-    /// The closure, to be moved out by the entry (its memory is not freed by the entry).
-    pub(crate) closure: *mut u8,
-    pub(crate) link: Link,
+    /// Moves the value out of the slot a word points to.
+    ///
+    /// # Safety
+    ///
+    /// `word` was made by [`Slot::word`] for a `Slot<T>` that is still alive and holds a
+    /// value, which nobody else moves out.
+    #[inline(always)]
+    pub(crate) unsafe fn take(word: usize) -> T {
+        if size_of::<T>() == 0 {
+            // SAFETY: a zero-sized value has no bytes: any aligned non-null pointer reads it.
+            return unsafe { std::ptr::NonNull::<T>::dangling().as_ptr().read() };
+        }
+        let slot = (word & !TAG) as *const Slot<T>;
+        // SAFETY: forwarded contract.
+        unsafe { (*slot).0.assume_init_read() }
+    }
 }
 
 /// The payload of the panic that unwinds a coroutine being dropped. Private, so user code can

@@ -4,7 +4,7 @@ use std::ptr::NonNull;
 
 use crate::error::StackError;
 use crate::mapping::{GuardedMapping, round_to_pages};
-use crate::owner::{Owner, OwnerRecord};
+use crate::owner::Owner;
 use crate::registry::StackKind;
 use crate::{Stack, os};
 
@@ -90,6 +90,6 @@ unsafe impl Stack for FixedStack {
     }
 
     fn set_owner(&self, owner: Owner<'_>) {
-        self.mapping.slot().store_owner(&OwnerRecord::new(owner));
+        self.mapping.slot().set_owner(owner);
     }
 }

@@ -113,6 +113,7 @@ impl GuardedMapping {
     }
 
     /// One past the highest usable byte (page-aligned, so 16-byte aligned).
+    #[inline]
     pub(crate) fn top(&self) -> NonNull<u8> {
         // SAFETY: `start + total` is one past the end of our mapping, which is in bounds for
         // pointer arithmetic and not null.
@@ -120,19 +121,23 @@ impl GuardedMapping {
     }
 
     /// The lowest usable byte, just above the guard.
+    #[inline]
     pub(crate) fn limit(&self) -> NonNull<u8> {
         // SAFETY: `guard < total`, so this stays inside our mapping.
         unsafe { self.start.add(self.guard) }
     }
 
+    #[inline]
     pub(crate) fn usable(&self) -> usize {
         self.total - self.guard
     }
 
+    #[inline]
     pub(crate) fn guard(&self) -> usize {
         self.guard
     }
 
+    #[inline]
     pub(crate) fn slot(&self) -> &'static Slot {
         self.registration.slot()
     }

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use crate::error::StackError;
 use crate::growable::validate_growable_sizes;
 use crate::mapping::{GuardedMapping, round_to_pages};
-use crate::owner::{Owner, OwnerRecord};
+use crate::owner::Owner;
 use crate::registry::StackKind;
 use crate::{Stack, os};
 
@@ -324,6 +324,7 @@ fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
+#[inline]
 fn bump_single_writer(counter: &AtomicU64) {
     counter.store(
         counter.load(Ordering::Relaxed).wrapping_add(1),
@@ -381,6 +382,7 @@ impl StackPool {
     /// assert_eq!(stack.usable_size(), 256 * 1024);
     /// # Ok::<(), spindle_stack::StackError>(())
     /// ```
+    #[inline]
     pub fn global() -> &'static StackPool {
         static GLOBAL: OnceLock<StackPool> = OnceLock::new();
         GLOBAL.get_or_init(|| {
@@ -400,6 +402,7 @@ impl StackPool {
     /// for the errors ([`StackError::MapCountLimit`], ...).
     ///
     /// [`FixedStack::new`]: crate::FixedStack::new
+    #[inline]
     pub fn get(&self) -> Result<PooledStack, StackError> {
         if self.inner.config.thread_cache > 0
             && let Some(stack) = take_from_thread_cache(self.inner.id)
@@ -483,6 +486,7 @@ impl StackPool {
 
 impl PoolInner {
     /// A stack came back: forget its owner, shrink or trim it, and cache, pool or unmap it.
+    #[inline]
     fn recycle(self: Arc<Self>, mut entry: PoolEntry) {
         entry.mapping.slot().clear_owner();
         if let PoolKind::Growable { .. } = self.config.kind {
@@ -629,6 +633,7 @@ struct CachedStack {
     pool: Arc<PoolInner>,
 }
 
+#[inline]
 fn take_from_thread_cache(pool_id: u64) -> Option<PooledStack> {
     THREAD_CACHES
         .try_with(|caches| {
@@ -648,6 +653,7 @@ fn take_from_thread_cache(pool_id: u64) -> Option<PooledStack> {
 
 /// Caches a returned stack on this thread; gives it back if the cache is full or
 /// unavailable (thread exiting, out of memory for the cache itself).
+#[inline]
 fn put_in_thread_cache(
     entry: PoolEntry,
     pool: Arc<PoolInner>,
@@ -738,6 +744,7 @@ pub struct PooledStack {
 }
 
 impl PooledStack {
+    #[inline]
     fn new(entry: PoolEntry, pool: Arc<PoolInner>) -> Self {
         PooledStack {
             entry: ManuallyDrop::new(entry),
@@ -763,6 +770,7 @@ impl fmt::Debug for PooledStack {
 }
 
 impl Drop for PooledStack {
+    #[inline]
     fn drop(&mut self) {
         // SAFETY: both fields are taken exactly once, here, and `self` is not used after.
         let (entry, pool) = unsafe {
@@ -780,27 +788,29 @@ impl Drop for PooledStack {
 // `PooledStack` at a time and takes it back only in `drop`. `top` is page-aligned and the
 // mapping does not move while on loan.
 unsafe impl Stack for PooledStack {
+    #[inline]
     fn top(&self) -> NonNull<u8> {
         self.entry.mapping.top()
     }
 
+    #[inline]
     fn limit(&self) -> NonNull<u8> {
         self.entry.mapping.limit()
     }
 
+    #[inline]
     fn usable_size(&self) -> usize {
         self.entry.mapping.usable()
     }
 
+    #[inline]
     fn guard_size(&self) -> usize {
         self.entry.mapping.guard()
     }
 
+    #[inline]
     fn set_owner(&self, owner: Owner<'_>) {
-        self.entry
-            .mapping
-            .slot()
-            .store_owner(&OwnerRecord::new(owner));
+        self.entry.mapping.slot().set_owner(owner);
     }
 }
 

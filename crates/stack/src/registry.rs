@@ -223,7 +223,29 @@ impl Slot {
         self.owner_state.store(state, Ordering::Relaxed);
     }
 
+    /// Records `owner`: an unnamed one with [`store_owner_id`](Slot::store_owner_id), a named
+    /// one through an [`OwnerRecord`].
+    #[inline]
+    pub(crate) fn set_owner(&self, owner: crate::Owner<'_>) {
+        match owner.name {
+            None => self.store_owner_id(owner.id),
+            Some(_) => self.store_owner(&OwnerRecord::new(owner)),
+        }
+    }
+
+    /// Records an unnamed owner: the fast path of [`store_owner`](Slot::store_owner) (three
+    /// stores, no name to copy), with the same ordering argument.
+    #[inline]
+    pub(crate) fn store_owner_id(&self, id: u64) {
+        self.owner_state.store(OWNER_WRITING, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        self.owner_id.store(id, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        self.owner_state.store(OWNER_ID, Ordering::Relaxed);
+    }
+
     /// Forgets the owner (a pooled stack went back to the pool). One store.
+    #[inline]
     pub(crate) fn clear_owner(&self) {
         self.owner_state.store(OWNER_NONE, Ordering::Relaxed);
     }

@@ -7,7 +7,7 @@
 mod peers;
 mod spindle;
 
-use crate::harness::{Bench, Impl, Suite, Unit};
+use crate::harness::{self, Bench, Impl, Suite, Unit};
 
 /// Stack size for `create_run_drop`, the same for every impl that takes one.
 pub const STACK_SIZE: usize = 64 * 1024;
@@ -26,7 +26,8 @@ pub fn suite() -> Suite {
                 published: &[],
                 impls: vec![
                     Impl::in_process("spindle", spindle::switch),
-                    Impl::boost("spindle-boost"),
+                    Impl::variant("spindle-boost", &harness::BOOST),
+                    Impl::variant("spindle-fp-env", &harness::FP_ENV),
                     Impl::in_process("corosensei", peers::corosensei_switch),
                     Impl::in_process("generator", peers::generator_switch),
                 ],

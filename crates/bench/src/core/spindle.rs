@@ -1,65 +1,163 @@
 //! Spindle's impls of the `core` suite.
 //!
-//! TO BE WIRED by the lead once the spindle-coro API has landed: every function below returns
-//! the [`NOT_WIRED`] error until then, which the harness reports as an `error:` row (and a
-//! non-zero exit). Each function says what it must measure; keep it comparable with the peer
-//! impl of the same bench in `peers.rs`.
-//!
-//! The `spindle-boost` row of `switch` needs no code here: `cargo xtask bench` builds a second
-//! copy of this binary with `--features boost` (= `spindle-context/boost`) and the main binary
-//! runs `<that copy> measure switch spindle`, i.e. [`switch`] below on the `context` backend.
+//! The `spindle-boost` and `spindle-fp-env` rows of `switch` need no code here: `cargo xtask
+//! bench` builds copies of this binary with `--features boost` (= `spindle-context/boost`) and
+//! `--features fp-env` (= `spindle-context/fp-env`), and the main binary runs `<that copy>
+//! measure switch spindle`, i.e. [`switch`] below in that configuration.
 
-use crate::harness::Ctx;
+use std::hint::black_box;
 
-/// The error of a function that is not wired yet.
-pub const NOT_WIRED: &str =
-    "not yet wired: fill in crates/bench/src/core/spindle.rs once the spindle-coro API lands";
+use spindle_coro::{Coroutine, CoroutineResult, SharedStack, Yielder};
+use spindle_stack::Stack;
+
+use crate::harness::{Ctx, resident_bytes};
 
 /// The backend this binary's Spindle was built with; `spindle-bench backend` prints it and the
 /// main binary checks it before trusting a `spindle-boost` measurement.
-// TODO(lead): prefer spindle-context's own report of its backend if it grows one.
 pub fn backend_name() -> &'static str {
-    if cfg!(feature = "boost") {
-        "boost"
-    } else {
-        "native"
+    match (spindle_context::BACKEND, spindle_context::SAVES_FP_ENV) {
+        ("boost", _) => "boost",
+        (_, true) => "native+fp-env",
+        _ => "native",
     }
 }
 
-/// `switch`: one resume + suspend round trip of a spindle-coro coroutine, divided by 2, ns.
-/// Create the coroutine (a loop that suspends) outside the timed closure, check it suspends,
-/// then `Ok(ctx.time_ns(|| co.resume(black_box(..))) / 2.0)`. Compare `peers::corosensei_switch`.
-pub fn switch(_ctx: &Ctx) -> Result<f64, String> {
-    Err(NOT_WIRED.into())
+/// `switch`: one resume + suspend round trip of a coroutine (default pooled stack), divided
+/// by 2.
+pub fn switch(ctx: &Ctx) -> Result<f64, String> {
+    let mut co = Coroutine::new(|y: &Yielder<(), usize>, ()| {
+        loop {
+            y.suspend(black_box(1));
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    if co.resume(()) != CoroutineResult::Yield(1) {
+        return Err("the coroutine did not yield".into());
+    }
+    Ok(ctx.time_ns(|| co.resume(())) / 2.0)
 }
 
-/// `create_run_drop`: create a coroutine on a pooled / preallocated stack of
-/// [`super::STACK_SIZE`] bytes (the stack taken from and returned to a pool outside the timed
-/// part, or reused), run it to completion, drop it; ns per coroutine.
-/// Compare `peers::corosensei_create_run_drop`.
-pub fn create_run_drop(_ctx: &Ctx) -> Result<f64, String> {
-    Err(NOT_WIRED.into())
+/// `create_run_drop`: `Coroutine::new` (a stack from the global pool), run to completion, drop.
+pub fn create_run_drop(ctx: &Ctx) -> Result<f64, String> {
+    let run_one = || -> Result<usize, String> {
+        let mut co = Coroutine::new(|_: &Yielder<(), ()>, ()| black_box(7usize))
+            .map_err(|e| e.to_string())?;
+        match co.resume(()) {
+            CoroutineResult::Return(v) => Ok(v),
+            CoroutineResult::Yield(()) => Err("the coroutine yielded".into()),
+        }
+    };
+    if run_one()? != 7 {
+        return Err("the coroutine did not run to completion".into());
+    }
+    Ok(ctx.time_ns(|| run_one().ok()))
 }
 
-/// `shared_resume_<live_bytes>`: resuming a coroutine on a shared (copying) stack whose live
-/// stack at its suspension point is `live_bytes` bytes, with at least two coroutines alternating
-/// on the same shared stack so that the save/restore copy really happens; ns per resume, counted
-/// the way libaco's `aco_resume` benchmark counts an op (its published figures are printed as
-/// notes under the table; check its definition when wiring this).
-pub fn shared_resume(_ctx: &Ctx, _live_bytes: usize) -> Result<f64, String> {
-    Err(NOT_WIRED.into())
+/// Coroutines that alternate on one region, each holding about `live_bytes` of stack.
+const SHARED_COROUTINES: usize = 16;
+
+/// Recurses in 64-byte frames until the stack depth below `top` reaches `live_bytes`, then
+/// suspends forever (checking its frames are intact after each resume).
+#[inline(never)]
+fn hold_depth(y: &Yielder<(), usize>, top: usize, live_bytes: usize, salt: usize) {
+    let frame = [salt; 6];
+    let frame = black_box(frame);
+    let here = &frame as *const _ as usize;
+    if top - here + 64 < live_bytes {
+        hold_depth(y, top, live_bytes, salt.wrapping_add(1));
+    } else {
+        loop {
+            y.suspend(top - here);
+        }
+    }
+    assert_eq!(frame, [salt; 6]);
 }
 
-/// `mem_shared_1m`: bytes per suspended coroutine with `count` coroutines on shared stacks, all
-/// suspended at once. Runs in a child process (`spindle-bench measure mem_shared_1m spindle`):
-/// use `crate::harness::resident_bytes()` before and after, return the difference / count.
-/// `ctx.quick` may shrink `count` if it takes too long.
-pub fn mem_shared(_ctx: &Ctx, _count: usize) -> Result<f64, String> {
-    Err(NOT_WIRED.into())
+/// `shared_resume_<live_bytes>`: resume + suspend of a coroutine on a shared (copying) stack
+/// whose live stack is about `live_bytes` (or the minimum a coroutine needs, if larger), with
+/// [`SHARED_COROUTINES`] of them taking turns on one region, so that every resume saves the
+/// previous occupant's bytes and restores its own — what libaco's `aco_resume` figures count as
+/// one operation (a resume and the yield back).
+pub fn shared_resume(ctx: &Ctx, live_bytes: usize) -> Result<f64, String> {
+    let region = SharedStack::new(256 * 1024).map_err(|e| e.to_string())?;
+    let top = region.slot().top().as_ptr() as usize;
+    let mut coroutines: Vec<_> = (0..SHARED_COROUTINES)
+        .map(|k| {
+            // SAFETY: the coroutines lend nothing on their stacks to anyone.
+            unsafe {
+                Coroutine::with_shared_stack(&region, move |y: &Yielder<(), usize>, ()| {
+                    hold_depth(y, top, live_bytes, k)
+                })
+            }
+        })
+        .collect();
+    for co in &mut coroutines {
+        co.resume(())
+            .into_yield()
+            .ok_or("the coroutine did not suspend")?;
+    }
+    // Report the live size actually used once (to stderr, outside the table).
+    let saved = coroutines[0].stack().saved_len();
+    if std::env::var_os("SPINDLE_BENCH_VERBOSE").is_some() {
+        eprintln!("shared_resume: asked {live_bytes} B, saved {saved} B per coroutine");
+    }
+    let mut next = 0;
+    Ok(ctx.time_ns(|| {
+        next = (next + 1) % SHARED_COROUTINES;
+        coroutines[next].resume(())
+    }))
 }
 
-/// `mem_pooled_30k`: bytes per suspended coroutine with `count` coroutines on pooled stacks, all
-/// suspended at once; measured like [`mem_shared`], in a child process.
-pub fn mem_pooled(_ctx: &Ctx, _count: usize) -> Result<f64, String> {
-    Err(NOT_WIRED.into())
+/// `mem_shared_1m`: bytes per suspended coroutine, for `count` coroutines on shared stacks,
+/// measured from RSS (the `Vec` holding the coroutines included). Runs in a child process.
+pub fn mem_shared(_ctx: &Ctx, count: usize) -> Result<f64, String> {
+    let region = SharedStack::new(128 * 1024).map_err(|e| e.to_string())?;
+    let before = resident_bytes()?;
+    let mut coroutines = Vec::with_capacity(count);
+    for i in 0..count {
+        // SAFETY: the coroutines lend nothing on their stacks to anyone.
+        let mut co = unsafe {
+            Coroutine::with_shared_stack(&region, move |y: &Yielder<u64, u64>, mut x: u64| {
+                loop {
+                    x = y.suspend(x.wrapping_add(i as u64));
+                }
+            })
+        };
+        co.resume(1)
+            .into_yield()
+            .ok_or("the coroutine did not suspend")?;
+        coroutines.push(co);
+    }
+    let after = resident_bytes()?;
+    // Every one of them is alive and resumable.
+    let probe = coroutines.len() / 2;
+    if coroutines[probe].resume(1).into_yield() != Some(1 + probe as u64) {
+        return Err("a suspended coroutine lost its state".into());
+    }
+    Ok(after.saturating_sub(before) as f64 / count as f64)
+}
+
+/// `mem_pooled_30k`: bytes per suspended coroutine, for `count` coroutines on stacks from the
+/// global pool, measured from RSS. Runs in a child process.
+pub fn mem_pooled(_ctx: &Ctx, count: usize) -> Result<f64, String> {
+    let before = resident_bytes()?;
+    let mut coroutines = Vec::with_capacity(count);
+    for i in 0..count {
+        let mut co = Coroutine::new(move |y: &Yielder<u64, u64>, mut x: u64| {
+            loop {
+                x = y.suspend(x.wrapping_add(i as u64));
+            }
+        })
+        .map_err(|e| e.to_string())?;
+        co.resume(1)
+            .into_yield()
+            .ok_or("the coroutine did not suspend")?;
+        coroutines.push(co);
+    }
+    let after = resident_bytes()?;
+    let probe = coroutines.len() / 2;
+    if coroutines[probe].resume(1).into_yield() != Some(1 + probe as u64) {
+        return Err("a suspended coroutine lost its state".into());
+    }
+    Ok(after.saturating_sub(before) as f64 / count as f64)
 }

@@ -52,6 +52,7 @@ thread_local! {
 /// .unwrap()?;
 /// # Ok::<(), spindle_stack::StackError>(())
 /// ```
+#[inline]
 pub fn prepare_thread() -> Result<(), StackError> {
     if PREPARED.try_with(Cell::get).unwrap_or(false) {
         return Ok(());
