@@ -16,12 +16,26 @@ use crate::json::{self, Json};
 use crate::proc::{self, cargo};
 
 const PACKAGE: &str = "spindle-bench";
-/// The variant builds: (cargo feature of spindle-bench, env var the bench binary reads). Must
-/// match `VARIANTS` in crates/bench/src/harness.rs.
-const VARIANTS: [(&str, &str); 2] = [
-    ("boost", "SPINDLE_BENCH_BOOST_BIN"),
-    ("fp-env", "SPINDLE_BENCH_FP_ENV_BIN"),
-];
+/// The variant builds the bench binary asks for: `(cargo feature, env var)` pairs, from
+/// `spindle-bench variants` (the binary's own list is the one source of truth).
+fn variants(main_bin: &std::path::Path) -> Result<Vec<(String, String)>, String> {
+    let out = Command::new(main_bin)
+        .arg("variants")
+        .output()
+        .map_err(|e| format!("cannot run {} variants: {e}", main_bin.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} variants failed ({})",
+            main_bin.display(),
+            out.status
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(f, e)| (f.to_string(), e.to_string()))
+        .collect())
+}
 
 /// The workspace's target directory, as cargo sees it (honours `CARGO_TARGET_DIR` and config).
 fn target_dir() -> Result<PathBuf, String> {
@@ -72,19 +86,19 @@ pub fn main(args: &[String]) -> Result<ExitCode, String> {
     let mut run = Command::new(&main_bin);
     run.args(args);
     if needs_boost(args) {
-        for (feature, env) in VARIANTS {
+        for (feature, env) in variants(&main_bin)? {
             let dir = target_dir()?.join(format!("bench-{feature}"));
             let dir = dir.to_string_lossy().into_owned();
-            match build(&["--features", feature, "--target-dir", &dir]) {
+            match build(&["--features", &feature, "--target-dir", &dir]) {
                 Ok(bin) => {
-                    run.env(env, bin);
+                    run.env(&env, bin);
                 }
                 Err(e) => {
                     eprintln!(
                         "xtask bench: warning: the `{feature}` build failed, so its rows will \
                          fail: {e}"
                     );
-                    run.env_remove(env);
+                    run.env_remove(&env);
                 }
             }
         }

@@ -94,6 +94,17 @@ pub fn legs() -> Vec<Leg> {
         ),
         Leg::cargo("test", "tests, whole workspace", &["test", "--workspace"]),
         Leg::custom(
+            "doc",
+            "rustdoc, warnings denied (broken links, missing docs)",
+            || {
+                proc::run(cargo().env("RUSTDOCFLAGS", "-D warnings").args([
+                    "doc",
+                    "--workspace",
+                    "--no-deps",
+                ]))
+            },
+        ),
+        Leg::custom(
             "test-boost",
             "core tests with the `context`-crate backend",
             || {

@@ -94,7 +94,8 @@ pub static FP_ENV: Variant = Variant {
     backend: "native+fp-env",
 };
 
-/// Every variant, for `cargo xtask bench` (which reads their features and env vars).
+/// Every variant; `spindle-bench variants` lists them for `cargo xtask bench`, which builds
+/// them.
 pub static VARIANTS: [&Variant; 2] = [&BOOST, &FP_ENV];
 
 /// One contender in a bench.

@@ -4,12 +4,13 @@
 //! spindle-bench <suite> [--quick] [--json PATH] [--filter SUBSTRING] [--rounds N]
 //! spindle-bench measure <bench> <impl> [--quick]    (prints `value=<f64>`; used for child runs)
 //! spindle-bench list
-//! spindle-bench backend                             (prints `native` or `boost`)
+//! spindle-bench backend                             (prints `native`, `native+fp-env` or `boost`)
+//! spindle-bench variants                            (prints `<feature> <env var>` per variant)
 //! ```
 //!
 //! Normally run through `cargo xtask bench <suite> ...`, which builds this binary in release,
-//! builds the boost-backend copy for the `spindle-boost` impl and passes its path in
-//! `SPINDLE_BENCH_BOOST_BIN`. See `harness` for how values are measured.
+//! builds a copy per variant (`variants`: the boost backend, fp-env) and passes their paths in
+//! the variants' env vars. See `harness` for how values are measured.
 
 mod core;
 mod harness;
@@ -30,6 +31,7 @@ usage:
   spindle-bench measure <bench> <impl> [--quick]
   spindle-bench list
   spindle-bench backend
+  spindle-bench variants
 
   --quick          15 ms per time sample and 3 rounds (default 100 ms and 9)
   --json PATH      write the results (value = median) as JSON
@@ -73,6 +75,12 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         }
         "backend" => {
             println!("{}", core::backend_name());
+            Ok(ExitCode::SUCCESS)
+        }
+        "variants" => {
+            for v in harness::VARIANTS {
+                println!("{} {}", v.feature, v.env);
+            }
             Ok(ExitCode::SUCCESS)
         }
         "measure" => measure(&args[1..]),

@@ -15,7 +15,7 @@
 
 extern crate context as boost;
 
-use core::ffi::c_void;
+use boost::c_void;
 use core::mem;
 use core::ptr::NonNull;
 

@@ -5,26 +5,24 @@ use std::cell::Cell;
 use std::ptr::NonNull;
 
 use spindle_context::{Context, Link, Transfer, suspend};
+use spindle_stack::Stack;
 
-/// A heap stack for tests: 16-byte aligned, no guard page (the tests stay shallow).
-struct TestStack(Box<[u128]>);
+/// A stack for tests: a guarded mapping from spindle-stack (registered with valgrind, so the
+/// valgrind leg of `cargo xtask ci` can follow the switches).
+struct TestStack(spindle_stack::FixedStack);
 
 impl TestStack {
     fn new(bytes: usize) -> TestStack {
-        TestStack(vec![0u128; bytes / 16].into_boxed_slice())
+        TestStack(spindle_stack::FixedStack::new(bytes).expect("map a test stack"))
     }
     fn top(&mut self) -> NonNull<u8> {
-        let len = self.0.len();
-        // SAFETY: one past the end of the allocation.
-        NonNull::new(unsafe { self.0.as_mut_ptr().add(len) })
-            .unwrap()
-            .cast()
+        self.0.top()
     }
     fn size(&self) -> usize {
-        self.0.len() * 16
+        self.0.usable_size()
     }
     fn contains(&self, addr: usize) -> bool {
-        let lo = self.0.as_ptr() as usize;
+        let lo = self.0.limit().as_ptr() as usize;
         (lo..lo + self.size()).contains(&addr)
     }
     /// A context on this stack running `entry`.

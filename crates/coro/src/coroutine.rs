@@ -13,6 +13,9 @@ use spindle_stack::{Owner, SharedSlot, SharedStack, Stack, StackError, StackPool
 use crate::exchange::{ForcedUnwind, PANICKED, RETURNED, Slot, TAG, UNWIND, UNWOUND, YIELDED};
 use crate::{DefaultStack, Yielder, id};
 
+/// A marker that makes a type `!Send` and `!Sync`.
+pub(crate) type NotSend = PhantomData<*mut ()>;
+
 /// What a [`resume`](Coroutine::resume) produced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CoroutineResult<Yield, Return> {
@@ -145,7 +148,8 @@ pub struct Coroutine<Input, Yield, Return, S: Stack = DefaultStack> {
     id: u64,
     /// `!Send` and `!Sync`: a started stack may hold thread-bound data. The function types make
     /// the struct covariant/contravariant the way its uses are.
-    _marker: PhantomData<(*mut (), fn(Input) -> (Yield, Return))>,
+    _not_send: NotSend,
+    _types: PhantomData<fn(Input) -> (Yield, Return)>,
 }
 
 /// Why [`Coroutine::try_resume`] did not resume; the input comes back.
@@ -716,7 +720,8 @@ impl Builder {
             }),
             state: State::NotStarted,
             id,
-            _marker: PhantomData,
+            _not_send: PhantomData,
+            _types: PhantomData,
         }
     }
 }

@@ -42,6 +42,12 @@
 //! * **Thread-bound.** A coroutine is `!Send`: a started stack may hold references into
 //!   thread-locals, `Rc`s, or values whose address the compiler cached across the switch. See
 //!   [`SendCoroutine`] for the `unsafe` way to move one, and its contract.
+//!
+//!   ```compile_fail,E0277
+//!   fn needs_send<T: Send>(_: T) {}
+//!   let co = spindle_coro::Coroutine::new(|_: &spindle_coro::Yielder<(), ()>, ()| {}).unwrap();
+//!   needs_send(co); // error: `*mut ()` cannot be sent between threads safely
+//!   ```
 //! * **Nesting.** A coroutine can create and resume others; each runs on its own stack, so no
 //!   chain of resumes grows any stack but the coroutines' own.
 //! * **Backtraces** captured inside a coroutine show its frames and then the resumer's (on the
@@ -56,7 +62,12 @@
 //! [`Coroutine::with_shared_stack`] puts many coroutines on one
 //! [`SharedStack`] region, copying each one's used bytes out when another takes the region;
 //! that is how a million coroutines fit in memory, and it is `unsafe` because of what it
-//! forbids (see there).
+//! forbids (see there). A shared stack given to the safe constructors does not compile:
+//!
+//! ```compile_fail,E0080
+//! let region = spindle_coro::SharedStack::new(64 * 1024).unwrap();
+//! let co = spindle_coro::Coroutine::with_stack(region.slot(), |_: &spindle_coro::Yielder<(), ()>, ()| {});
+//! ```
 //!
 //! Stack overflow of any guarded kind prints one line naming the coroutine (its [`Builder`]
 //! name, or `#id`) and its stack size, then aborts the process.

@@ -6,6 +6,7 @@ use std::panic::resume_unwind;
 
 use spindle_context::{Link, suspend};
 
+use crate::coroutine::NotSend;
 use crate::exchange::{ForcedUnwind, Slot, UNWIND, YIELDED};
 
 /// Handed to a coroutine's closure: suspends the coroutine.
@@ -16,7 +17,8 @@ pub struct Yielder<Input, Yield> {
     link: Link,
     /// Set once a forced unwind has been delivered (so the entry can tell it from a panic).
     unwinding: Cell<bool>,
-    _marker: PhantomData<(*mut (), fn(Yield) -> Input)>,
+    _not_send: NotSend,
+    _types: PhantomData<fn(Yield) -> Input>,
 }
 
 impl<Input, Yield> Yielder<Input, Yield> {
@@ -24,7 +26,8 @@ impl<Input, Yield> Yielder<Input, Yield> {
         Yielder {
             link,
             unwinding: Cell::new(false),
-            _marker: PhantomData,
+            _not_send: PhantomData,
+            _types: PhantomData,
         }
     }
 

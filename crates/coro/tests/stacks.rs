@@ -65,7 +65,13 @@ fn coroutines_run_on_a_fixed_stack() {
 fn deep_recursion_grows_a_growable_stack_from_16_kib() {
     let stack = GrowableStack::new(16 * 1024, 8 * 1024 * 1024).unwrap();
     let start = stack.committed();
-    assert!(start <= 32 * 1024, "starts small: {start}");
+    if spindle_stack::running_on_valgrind() {
+        // Documented: under valgrind growable stacks are committed in full up front (valgrind
+        // cannot restart the faulting instruction of a grow).
+        assert_eq!(start, 8 * 1024 * 1024);
+    } else {
+        assert!(start <= 32 * 1024, "starts small: {start}");
+    }
     let mut co = Coroutine::with_stack(stack, |_: &Yielder<(), ()>, ()| recurse(1024)); // ≥ 1 MiB
     assert!(matches!(co.resume(()), CoroutineResult::Return(_)));
     let grown = co.stack().committed();
@@ -161,7 +167,7 @@ fn many_coroutines_on_shared_stacks_suspended_at_different_depths_keep_their_dat
     }
     // Resume in another order; every coroutine checks its frames and returns its depth.
     for (i, co) in coroutines.iter_mut().enumerate().rev() {
-        let expected = 1 + (i % 17) as u64 + 0;
+        let expected = 1 + (i % 17) as u64;
         assert_eq!(co.resume(0), CoroutineResult::Return(expected));
     }
 }
@@ -180,7 +186,7 @@ fn a_coroutine_cannot_resume_another_on_its_own_shared_region() {
             let refused = inner.try_resume(()).unwrap_err();
             matches!(
                 refused.kind,
-                ResumeErrorKind::Stack(StackError::SharedStackBusy { .. })
+                ResumeErrorKind::Stack(StackError::SharedStackBusy)
             )
         })
     };

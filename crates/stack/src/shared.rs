@@ -265,6 +265,7 @@ impl SharedSlot {
         let mut buffer = self.state.saved.take();
         if sp.is_some() && !buffer.is_empty() {
             let len = buffer.len();
+            crate::valgrind::make_mem_undefined(top.as_ptr().addr() - len, len);
             // SAFETY: the buffer holds `[recorded sp, top)` of this coroutine, so `top - len`
             // is that sp, inside the region; the region is not in use (no occupant now), and
             // a heap buffer cannot overlap the mapping.

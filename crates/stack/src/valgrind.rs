@@ -14,6 +14,10 @@ const STACK_REGISTER: usize = 0x1501;
 /// `VALGRIND_STACK_DEREGISTER`: args (id).
 const STACK_DEREGISTER: usize = 0x1502;
 
+/// Memcheck's `VALGRIND_MAKE_MEM_UNDEFINED`: args (start, len). (`VG_USERREQ_TOOL_BASE('M','C')`
+/// + 1.)
+const MAKE_MEM_UNDEFINED: usize = 0x4D43_0001;
+
 /// Valgrind's id for a registered stack (0 when not running under Valgrind).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct StackId(usize);
@@ -47,6 +51,15 @@ pub(crate) fn register_stack(low: usize, high: usize) -> StackId {
 /// Tells Valgrind that a stack registered with [`register_stack`] is gone.
 pub(crate) fn deregister_stack(id: StackId) {
     client_request(0, [STACK_DEREGISTER, id.0, 0, 0, 0, 0]);
+}
+
+/// Tells Memcheck that `[start, start + len)` may be written (its contents are undefined).
+///
+/// A shared region's memory below the last stack pointer of whoever ran there is "no access"
+/// to Memcheck (it tracks stack pointer moves); restoring another coroutine's bytes there is a
+/// legitimate write that it would otherwise report.
+pub(crate) fn make_mem_undefined(start: usize, len: usize) {
+    client_request(0, [MAKE_MEM_UNDEFINED, start, len, 0, 0, 0]);
 }
 
 /// Issues a client request; returns `default` when not running under Valgrind.

@@ -26,6 +26,7 @@ pub fn suite() -> Suite {
                 published: &[],
                 impls: vec![
                     Impl::in_process("spindle", spindle::switch),
+                    Impl::in_process("spindle-context", spindle::context_switch),
                     Impl::variant("spindle-boost", &harness::BOOST),
                     Impl::variant("spindle-fp-env", &harness::FP_ENV),
                     Impl::in_process("corosensei", peers::corosensei_switch),

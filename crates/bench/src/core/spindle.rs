@@ -37,6 +37,38 @@ pub fn switch(ctx: &Ctx) -> Result<f64, String> {
     Ok(ctx.time_ns(|| co.resume(())) / 2.0)
 }
 
+/// `switch`, `spindle-context` impl: the bare context switch underneath — `Context::resume` into
+/// a context that `suspend`s straight back, round trip divided by 2 — on a pooled stack.
+pub fn context_switch(ctx: &Ctx) -> Result<f64, String> {
+    use spindle_context::{Context, Link, Transfer, suspend};
+    extern "C" fn bounce(_: Transfer, link: Link) -> ! {
+        loop {
+            // SAFETY: entered by `resume` with this link, every time.
+            unsafe { suspend(link, black_box(1)) };
+        }
+    }
+    let stack = spindle_stack::StackPool::global()
+        .get()
+        .map_err(|e| e.to_string())?;
+    let (top, size) = (stack.top(), stack.usable_size());
+    // SAFETY: the stack is unused and outlives the context (it is dropped at the end of this
+    // function, after the last switch; the context holds nothing that needs dropping).
+    let fresh = unsafe { Context::new(top, size, bounce) };
+    // SAFETY: `Context::new` prepared this stack at `top`.
+    let link = unsafe { Link::for_stack(top) };
+    // SAFETY: a fresh context on this link's stack.
+    let mut context = Some(unsafe { fresh.resume(0, link) }.context);
+    let ns = ctx.time_ns(|| {
+        let Some(c) = context.take() else { return 0 };
+        // SAFETY: `c` is suspended in `bounce`'s `suspend`.
+        let t = unsafe { c.resume(0, link) };
+        context = Some(t.context);
+        t.data
+    }) / 2.0;
+    drop(stack);
+    Ok(ns)
+}
+
 /// `create_run_drop`: `Coroutine::new` (a stack from the global pool), run to completion, drop.
 pub fn create_run_drop(ctx: &Ctx) -> Result<f64, String> {
     let run_one = || -> Result<usize, String> {
