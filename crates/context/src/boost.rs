@@ -111,6 +111,16 @@ pub(crate) unsafe fn jump_ontop(to: Context, data: usize, f: OnTop) -> Transfer 
     from_boost(unsafe { to_boost(to).resume_ontop(data, f) })
 }
 
+/// # Safety
+///
+/// See [`Link::has_resumer`].
+#[inline]
+pub(crate) unsafe fn link_has_resumer(link: Link) -> bool {
+    // SAFETY: forwarded contract; `make` initialised the slot to 0 and only switches into the
+    // context change it.
+    unsafe { link.as_ptr().read() != 0 }
+}
+
 /// What [`resume`] passes to [`record_link`] through the word of an `ontop` switch.
 struct FirstResume {
     link: *mut usize,

@@ -283,6 +283,19 @@ impl Link {
     pub fn as_ptr(self) -> *mut usize {
         self.0.as_ptr()
     }
+
+    /// True once a [`Context::resume`] has recorded a resumer here, i.e. once the context of
+    /// this stack has been resumed at least once.
+    ///
+    /// # Safety
+    ///
+    /// The slot is readable: its stack is alive and holds its bytes (for a copying stack: the
+    /// context's bytes are in the region).
+    #[inline]
+    pub unsafe fn has_resumer(self) -> bool {
+        // SAFETY: forwarded contract.
+        unsafe { backend::link_has_resumer(self) }
+    }
 }
 
 /// Switches from the current context back to its resumer, the one recorded in `link`, passing

@@ -211,6 +211,16 @@ pub(crate) unsafe fn make(top: NonNull<u8>, _size: usize, entry: Entry) -> Conte
     Context(unsafe { NonNull::new_unchecked(fresh_sp.cast()) })
 }
 
+/// # Safety
+///
+/// See [`Link::has_resumer`].
+#[inline]
+pub(crate) unsafe fn link_has_resumer(link: Link) -> bool {
+    // SAFETY: forwarded contract; `make` initialised the slot to END_OF_STACK and only
+    // `resume` changes it.
+    unsafe { link.as_ptr().read() != END_OF_STACK.as_ptr() as usize }
+}
+
 /// The FP environment word of the current thread, in the layout `fp_save!` stores.
 fn current_fp_env() -> usize {
     let mut word: u64 = 0;

@@ -45,7 +45,9 @@ impl<Yield, Return> CoroutineResult<Yield, Return> {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
-    /// Made, never resumed: the closure waits in `initial`.
+    /// Made, never resumed: the closure waits in `initial`. On a stack the coroutine owns this
+    /// also covers "resumed, not finished" (the link tells the two apart: `has_started`), so
+    /// that resuming stores nothing but the new context.
     NotStarted,
     /// Suspended in `Yielder::suspend`: `context` holds it.
     Suspended,
@@ -264,7 +266,7 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
 
     /// True once the coroutine has been resumed at least once.
     pub fn is_started(&self) -> bool {
-        self.state != State::NotStarted
+        self.has_started()
     }
 
     /// The stack the coroutine runs on.
@@ -349,6 +351,9 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
             State::NotStarted => {
                 // SAFETY: forwarded contract; nothing to restore yet.
                 unsafe { self.stack.before_resume(None) }.map_err(ResumeErrorKind::Stack)?;
+                // The resume that follows starts it (a copying stack's link may hold another
+                // coroutine's bytes later, so the state, not the link, says so).
+                self.state = State::Suspended;
                 let Some(initial) = &self.initial else {
                     unreachable!("a coroutine that has not started has its closure")
                 };
@@ -381,13 +386,14 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
                 // SAFETY: the coroutine sent a slot with the yielded value on its stack, which
                 // stays put while it is suspended (for a copying stack: until another coroutine
                 // takes the region, which cannot happen before we return).
-                let value = unsafe { Slot::<Yield>::take(t.data) };
+                let value = unsafe { Slot::<Yield>::take_untagged(t.data) };
                 if S::COPYING {
                     // SAFETY: the coroutine has just suspended with this stack pointer.
                     unsafe { self.stack.after_suspend(t.context.as_ptr()) };
                 }
+                // (The state stays `NotStarted` after a first resume on a stack the coroutine
+                // owns: its link tells, see `has_started`, so the hot path stores nothing more.)
                 self.context = Some(t.context);
-                self.state = State::Suspended;
                 CoroutineResult::Yield(value)
             }
             RETURNED => {
@@ -403,6 +409,18 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
                 resume_unwind(payload)
             }
             other => unreachable!("a plain resume is never answered with tag {other}"),
+        }
+    }
+
+    /// Whether the coroutine has run. Copying stacks record it in the state; on other stacks
+    /// the state says `NotStarted` until the coroutine finishes and the link tells (the first
+    /// resume records a resumer there), which keeps a store off the resume path.
+    fn has_started(&self) -> bool {
+        match self.state {
+            State::Finished | State::Suspended => true,
+            // SAFETY: a coroutine that is not finished on a stack it owns keeps its bytes on
+            // that stack, link included.
+            State::NotStarted => !S::COPYING && unsafe { self.link.has_resumer() },
         }
     }
 
@@ -426,13 +444,13 @@ fn resume_failed<Input>(e: &ResumeError<Input>) -> ! {
 impl<Input, Yield, Return, S: Stack> Drop for Coroutine<Input, Yield, Return, S> {
     fn drop(&mut self) {
         match self.state {
-            State::NotStarted => {
+            State::NotStarted if !self.has_started() => {
                 if let Some(initial) = self.initial.take() {
                     // SAFETY: the closure never ran; it is dropped exactly once.
                     unsafe { (initial.vtable.drop)(initial.closure) };
                 }
             }
-            State::Suspended => {
+            State::NotStarted | State::Suspended => {
                 if !self.force_unwind() {
                     // Its frames could not be unwound: leak the stack with them, exactly as
                     // `mem::forget` would (freeing it could break pinned values on it).
@@ -454,7 +472,7 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
     /// to (a copying stack that cannot take it back): then its frames must be leaked.
     fn force_unwind(&mut self) -> bool {
         let mut escaped = None;
-        while self.state == State::Suspended {
+        while self.state != State::Finished {
             if S::COPYING {
                 let sp = self.context.as_ref().map(Context::as_ptr);
                 // SAFETY: as in `try_resume`.

@@ -49,6 +49,21 @@ impl<T> Slot<T> {
         }
     }
 
+    /// [`take`](Slot::take) for a word whose tag is known to be 0 (no masking).
+    ///
+    /// # Safety
+    ///
+    /// As for `take`, and the word's tag is 0.
+    #[inline(always)]
+    pub(crate) unsafe fn take_untagged(word: usize) -> T {
+        if size_of::<T>() == 0 {
+            // SAFETY: a zero-sized value has no bytes: any aligned non-null pointer reads it.
+            return unsafe { std::ptr::NonNull::<T>::dangling().as_ptr().read() };
+        }
+        // SAFETY: forwarded contract; with a 0 tag the word is the slot's address.
+        unsafe { (*(word as *const Slot<T>)).0.assume_init_read() }
+    }
+
     /// Moves the value out of the slot a word points to.
     ///
     /// # Safety

@@ -82,7 +82,9 @@ fn a_panic_inside_is_re_raised_in_the_resumer_and_finishes_the_coroutine() {
         panic!("boom from inside");
     })
     .unwrap();
+    assert!(!co.is_started());
     assert_eq!(co.resume(()), CoroutineResult::Yield(1));
+    assert!(co.is_started() && !co.is_finished());
     let err = catch_unwind(AssertUnwindSafe(|| co.resume(()))).unwrap_err();
     assert_eq!(err.downcast_ref::<&str>(), Some(&"boom from inside"));
     assert!(co.is_finished());
