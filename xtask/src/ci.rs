@@ -129,6 +129,32 @@ pub fn legs() -> Vec<Leg> {
                 "spindle-context/fp-env",
             ],
         ),
+        Leg::custom(
+            "loom",
+            "loom models of spindle-sched (policies, idle protocol), 2 preemptions",
+            || {
+                // In `<target>/loom`, so that the loom build does not replace the normal one.
+                let meta = proc::run_stdout(cargo().args([
+                    "metadata",
+                    "--format-version",
+                    "1",
+                    "--no-deps",
+                ]))?;
+                let target = json::parse(meta.trim())?
+                    .get("target_directory")
+                    .and_then(Json::as_str)
+                    .map(PathBuf::from)
+                    .ok_or_else(|| "`cargo metadata` gave no target_directory".to_string())?;
+                // `--tests`: rustdoc would build the doctests without `--cfg loom`.
+                proc::run(
+                    cargo()
+                        .env("RUSTFLAGS", "--cfg loom")
+                        .env("LOOM_MAX_PREEMPTIONS", "2")
+                        .env("CARGO_TARGET_DIR", target.join("loom"))
+                        .args(["test", "-p", "spindle-sched", "--release", "--tests"]),
+                )
+            },
+        ),
     ];
     for target in CROSS_TARGETS {
         legs.push(Leg::custom(

@@ -414,7 +414,7 @@ pub fn machine_info() -> String {
     format!("{model}; {logical} logical CPUs, {available} available to this process")
 }
 
-const W_BENCH: usize = 20;
+const W_BENCH: usize = 22;
 const W_IMPL: usize = 15;
 const W_NUM: usize = 10;
 const W_UNIT: usize = 14;

@@ -14,6 +14,7 @@
 
 mod core;
 mod harness;
+mod sched;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,7 +23,7 @@ use harness::{Ctx, How, RunOptions, Suite};
 
 /// Every suite, in `list` order.
 fn suites() -> Vec<Suite> {
-    vec![core::suite()]
+    vec![core::suite(), sched::suite()]
 }
 
 const USAGE: &str = "\
@@ -64,7 +65,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                 for b in &suite.benches {
                     let impls: Vec<&str> = b.impls.iter().map(|i| i.name).collect();
                     println!(
-                        "  {:<20} {:<14} {}",
+                        "  {:<22} {:<14} {}",
                         b.name,
                         b.unit.as_str(),
                         impls.join(", ")

@@ -1,0 +1,283 @@
+//! Block the current task.
+//!
+//! This is the one interface that IO and synchronisation use to wait. It answers two
+//! questions for whatever code is running:
+//!
+//! * **How do I wait?** [`park`] (or [`park_until`] / [`park_timeout`]) blocks the current task
+//!   until it is woken or a deadline passes. Inside a runtime's coroutine that suspends the
+//!   coroutine and lets its worker run others; anywhere else it parks the OS thread.
+//! * **How do I get woken?** [`waker`] returns a [`std::task::Waker`] that wakes the current
+//!   task. Wakers are `Send + Sync` and can be woken from any thread, from a coroutine of any
+//!   runtime, or from a `Future`.
+//!
+//! A runtime installs a [`Hook`] on each of its worker threads with [`with_hook`]; this crate
+//! does not know any runtime.
+//!
+//! # Semantics: a permit, like `std::thread::park`
+//!
+//! Each task has one wake-up permit. Waking sets it; `park` consumes it, returning at once if
+//! it is already set. So the usual pattern is race-free without any further protocol:
+//!
+//! ```
+//! use std::sync::{Arc, Mutex};
+//! use std::task::Waker;
+//!
+//! struct Slot { value: Option<u32>, waiter: Option<Waker> }
+//! let slot = Arc::new(Mutex::new(Slot { value: None, waiter: None }));
+//!
+//! let producer = {
+//!     let slot = slot.clone();
+//!     std::thread::spawn(move || {
+//!         let waiter = {
+//!             let mut s = slot.lock().unwrap();
+//!             s.value = Some(42);
+//!             s.waiter.take()
+//!         };
+//!         if let Some(w) = waiter { w.wake(); }
+//!     })
+//! };
+//!
+//! // The consumer: register, release the lock, park; re-check after every wake-up.
+//! let value = loop {
+//!     {
+//!         let mut s = slot.lock().unwrap();
+//!         if let Some(v) = s.value.take() { break v; }
+//!         s.waiter = Some(spindle_park::waker());
+//!     }
+//!     spindle_park::park(); // a wake between the unlock and here is not lost: the permit is set
+//! };
+//! assert_eq!(value, 42);
+//! producer.join().unwrap();
+//! ```
+//!
+//! `park` returns [`Wake::Woken`] only after the task's waker was woken since the previous
+//! `park` returned — possibly by a stale clone of it (a waker registered for an earlier wait), so
+//! callers always re-check their condition in a loop, as above. [`Wake::TimedOut`] means the
+//! deadline passed first.
+//!
+//! # Cancellation
+//!
+//! A runtime may cancel a coroutine. A cancelled coroutine's `park` does not return: it unwinds
+//! (its destructors run), so code that waits must keep its data structures consistent when
+//! unwound from `park` — typically with a guard whose `Drop` deregisters the waiter.
+#![deny(missing_docs)]
+
+use std::cell::Cell;
+use std::ptr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Wake as WakeTrait, Waker};
+use std::thread::{self, Thread};
+use std::time::{Duration, Instant};
+
+/// Why [`park`] returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Wake {
+    /// The task's waker was woken (the permit was set).
+    Woken,
+    /// The deadline passed before a wake-up.
+    TimedOut,
+}
+
+/// What a runtime provides on its worker threads to park its coroutines.
+///
+/// Installed per thread with [`with_hook`]. The functions of this crate call it whenever code
+/// runs on that thread.
+pub trait Hook {
+    /// Whether the code calling [`park`] runs in a task of this runtime (a coroutine). When it
+    /// does not (for example the worker's own scheduling loop, or a callback it runs), the
+    /// thread is parked instead.
+    fn in_task(&self) -> bool;
+
+    /// Parks the current task until its waker is woken or `deadline` passes; consumes the
+    /// permit. Only called when [`in_task`](Hook::in_task) is true.
+    ///
+    /// May unwind instead of returning if the task is cancelled.
+    fn park(&self, deadline: Option<Instant>) -> Wake;
+
+    /// A waker for the current task. Only called when [`in_task`](Hook::in_task) is true.
+    fn waker(&self) -> Waker;
+}
+
+thread_local! {
+    /// The hook of the runtime whose worker this thread is (null: none). Set only by
+    /// `with_hook`, for the duration of its closure.
+    static HOOK: Cell<*const dyn Hook> = const { Cell::new(ptr::null::<NoHook>() as *const dyn Hook) };
+}
+
+/// A type to make a null `*const dyn Hook` from (never instantiated).
+struct NoHook;
+
+impl Hook for NoHook {
+    fn in_task(&self) -> bool {
+        false
+    }
+    fn park(&self, _: Option<Instant>) -> Wake {
+        Wake::TimedOut
+    }
+    fn waker(&self) -> Waker {
+        Waker::noop().clone()
+    }
+}
+
+/// Runs `f` with `hook` installed on the current thread, then restores what was installed
+/// before (also if `f` unwinds). A runtime calls this around its worker loop.
+///
+/// ```
+/// use std::time::Instant;
+/// use std::task::Waker;
+/// use spindle_park::{Hook, Wake};
+///
+/// /// A hook that never sees a task: everything parks the thread.
+/// struct Outside;
+/// impl Hook for Outside {
+///     fn in_task(&self) -> bool { false }
+///     fn park(&self, _: Option<Instant>) -> Wake { unreachable!() }
+///     fn waker(&self) -> Waker { unreachable!() }
+/// }
+/// let woke = spindle_park::with_hook(&Outside, || {
+///     spindle_park::waker().wake();
+///     spindle_park::park_timeout(std::time::Duration::from_secs(5))
+/// });
+/// assert_eq!(woke, Wake::Woken);
+/// ```
+pub fn with_hook<R>(hook: &dyn Hook, f: impl FnOnce() -> R) -> R {
+    struct Restore(*const dyn Hook);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0;
+            let _ = HOOK.try_with(|h| h.set(previous));
+        }
+    }
+    // SAFETY (lifetime erasure): the pointer is only dereferenced while it is installed, and it
+    // is installed only while `f` runs — `hook` outlives that — and removed by `Restore` when
+    // `with_hook` returns or unwinds.
+    let erased: *const dyn Hook = hook;
+    let erased: *const (dyn Hook + 'static) =
+        // SAFETY: only the lifetime bound of the trait object changes; see above.
+        unsafe { std::mem::transmute::<*const dyn Hook, *const (dyn Hook + 'static)>(erased) };
+    let previous = HOOK.with(|h| h.replace(erased));
+    let _restore = Restore(previous);
+    f()
+}
+
+/// The hook installed on this thread, if code here runs in one of its tasks.
+///
+/// Not inlined: a coroutine that migrates between threads must read the thread-local afresh
+/// after every suspension, never through an address cached before it (DESIGN.md invariant 2).
+#[inline(never)]
+fn task_hook() -> Option<&'static dyn Hook> {
+    let hook = HOOK.try_with(Cell::get).ok()?;
+    if hook.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null pointer is installed only by `with_hook` while the hook is alive (see
+    // there); we use the reference only during this call of a parking function, which runs
+    // inside that `with_hook` on this thread.
+    let hook: &'static dyn Hook = unsafe { &*hook };
+    hook.in_task().then_some(hook)
+}
+
+/// Whether the current code runs in a runtime's task (a coroutine), as opposed to on a plain
+/// thread.
+pub fn in_task() -> bool {
+    task_hook().is_some()
+}
+
+/// Blocks the current task until it is woken. See the [crate docs](crate) for the permit
+/// semantics and cancellation.
+pub fn park() {
+    park_inner(None);
+}
+
+/// Blocks the current task until it is woken or `deadline` passes.
+pub fn park_until(deadline: Instant) -> Wake {
+    park_inner(Some(deadline))
+}
+
+/// Blocks the current task until it is woken or `timeout` elapses. A timeout too large to
+/// represent as a deadline means "no deadline" (it is never clamped to something shorter).
+pub fn park_timeout(timeout: Duration) -> Wake {
+    park_inner(Instant::now().checked_add(timeout))
+}
+
+fn park_inner(deadline: Option<Instant>) -> Wake {
+    match task_hook() {
+        Some(hook) => hook.park(deadline),
+        None => park_thread(deadline),
+    }
+}
+
+/// A [`Waker`] that wakes the current task: the current coroutine inside a runtime, the current
+/// thread elsewhere.
+pub fn waker() -> Waker {
+    match task_hook() {
+        Some(hook) => hook.waker(),
+        None => thread_waker(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Plain threads: the permit is an AtomicBool next to the thread's handle, so that unrelated
+// uses of `std::thread::park` on the same thread (which may wake it spuriously) do not count as
+// wake-ups.
+
+/// The parking state of one OS thread.
+struct ThreadParker {
+    thread: Thread,
+    permit: AtomicBool,
+}
+
+impl WakeTrait for ThreadParker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        // Release: what the waker did before waking is visible to the parked thread once it
+        // sees the permit (Acquire below).
+        self.permit.store(true, Ordering::Release);
+        self.thread.unpark();
+    }
+}
+
+thread_local! {
+    static THREAD_PARKER: Arc<ThreadParker> = Arc::new(ThreadParker {
+        thread: thread::current(),
+        permit: AtomicBool::new(false),
+    });
+}
+
+fn thread_parker() -> Arc<ThreadParker> {
+    THREAD_PARKER.try_with(Arc::clone).unwrap_or_else(|_| {
+        // During this thread's thread-local destruction: a parker of its own that still works
+        // (a waker made here and used later finds the same thread).
+        Arc::new(ThreadParker {
+            thread: thread::current(),
+            permit: AtomicBool::new(false),
+        })
+    })
+}
+
+fn thread_waker() -> Waker {
+    Waker::from(thread_parker())
+}
+
+fn park_thread(deadline: Option<Instant>) -> Wake {
+    let parker = thread_parker();
+    loop {
+        if parker.permit.swap(false, Ordering::Acquire) {
+            return Wake::Woken;
+        }
+        match deadline {
+            None => thread::park(),
+            Some(deadline) => {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Wake::TimedOut;
+                }
+                thread::park_timeout(deadline - now);
+            }
+        }
+    }
+}

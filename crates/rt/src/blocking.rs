@@ -1,0 +1,190 @@
+//! The blocking pool: threads for work that blocks (a synchronous library, file IO without a
+//! native backend, DNS), so that it suspends only the coroutine that asked for it.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use crate::task::lock;
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// A bounded pool of threads that exit after `keep_alive` without work.
+pub(crate) struct BlockingPool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    state: Mutex<PoolState>,
+    work: Condvar,
+    max_threads: usize,
+    keep_alive: Duration,
+    /// Threads alive now (for tests and metrics).
+    threads: AtomicUsize,
+}
+
+struct PoolState {
+    queue: VecDeque<Job>,
+    idle: usize,
+    threads: usize,
+    shutdown: bool,
+}
+
+impl BlockingPool {
+    pub(crate) fn new(max_threads: usize, keep_alive: Duration) -> Self {
+        BlockingPool {
+            inner: Arc::new(Inner {
+                state: Mutex::new(PoolState {
+                    queue: VecDeque::new(),
+                    idle: 0,
+                    threads: 0,
+                    shutdown: false,
+                }),
+                work: Condvar::new(),
+                max_threads,
+                keep_alive,
+                threads: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// Queues `job`; starts a thread if none is idle and the bound allows. Returns false if the
+    /// pool is shut down (the job is dropped).
+    pub(crate) fn submit(&self, job: Job) -> Result<(), std::io::Error> {
+        let inner = &self.inner;
+        let mut state = lock(&inner.state);
+        if state.shutdown {
+            return Err(std::io::Error::other(
+                "the runtime is shutting down: no blocking work",
+            ));
+        }
+        state.queue.push_back(job);
+        if state.idle > 0 {
+            drop(state);
+            inner.work.notify_one();
+            return Ok(());
+        }
+        if state.threads < inner.max_threads {
+            state.threads += 1;
+            drop(state);
+            let inner2 = inner.clone();
+            let spawned = std::thread::Builder::new()
+                .name("spindle-blocking".into())
+                .spawn(move || worker(inner2));
+            if let Err(e) = spawned {
+                let mut state = lock(&inner.state);
+                state.threads -= 1;
+                // If no thread exists at all, the job would wait forever: report the error.
+                if state.threads == 0 {
+                    state.queue.pop_back();
+                    return Err(e);
+                }
+            }
+        }
+        // Otherwise the job waits for a busy thread to come back.
+        Ok(())
+    }
+
+    pub(crate) fn threads(&self) -> usize {
+        self.inner.threads.load(Ordering::Acquire)
+    }
+
+    /// Stops accepting work; idle threads exit at once, busy ones after their job.
+    pub(crate) fn shutdown(&self) {
+        lock(&self.inner.state).shutdown = true;
+        self.inner.work.notify_all();
+    }
+}
+
+fn worker(inner: Arc<Inner>) {
+    inner.threads.fetch_add(1, Ordering::AcqRel);
+    let mut state = lock(&inner.state);
+    loop {
+        if let Some(job) = state.queue.pop_front() {
+            drop(state);
+            // A panic in a job is caught where the job was made (see `blocking`).
+            job();
+            state = lock(&inner.state);
+            continue;
+        }
+        if state.shutdown {
+            break;
+        }
+        state.idle += 1;
+        let (next, timeout) = inner
+            .work
+            .wait_timeout(state, inner.keep_alive)
+            .unwrap_or_else(|e| e.into_inner());
+        state = next;
+        state.idle -= 1;
+        if timeout.timed_out() && state.queue.is_empty() {
+            break;
+        }
+    }
+    state.threads -= 1;
+    drop(state);
+    inner.threads.fetch_sub(1, Ordering::AcqRel);
+}
+
+/// Runs `f` on the runtime's blocking pool and suspends the current coroutine until it
+/// returns; its worker runs other coroutines meanwhile. Outside a coroutine, runs `f` on the
+/// calling thread (which may block anyway).
+///
+/// A panic in `f` continues in the caller.
+///
+/// ```
+/// let rt = spindle_rt::Runtime::builder().workers(1).build()?;
+/// let n = rt.block_on(|| {
+///     spindle_rt::blocking(|| {
+///         std::thread::sleep(std::time::Duration::from_millis(5)); // blocks a pool thread
+///         7
+///     })
+/// });
+/// assert_eq!(n, 7);
+/// # Ok::<(), spindle_rt::BuildError>(())
+/// ```
+///
+/// # Panics
+///
+/// If the runtime is shutting down or no pool thread can be started (and none exists).
+pub fn blocking<F, T>(f: F) -> T
+where
+    F: FnOnce() -> T + Send,
+    T: Send,
+{
+    let Some(shared) = crate::worker::current_shared().filter(|_| spindle_park::in_task()) else {
+        return f();
+    };
+    struct Done<T> {
+        result: Mutex<Option<std::thread::Result<T>>>,
+        waker: Mutex<Option<std::task::Waker>>,
+    }
+    let done: Arc<Done<T>> = Arc::new(Done {
+        result: Mutex::new(None),
+        waker: Mutex::new(Some(spindle_park::waker())),
+    });
+    let done2 = done.clone();
+    let job: Box<dyn FnOnce() + Send + '_> = Box::new(move || {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        *lock(&done2.result) = Some(r);
+        if let Some(w) = lock(&done2.waker).take() {
+            w.wake();
+        }
+    });
+    // SAFETY: only the lifetime bound changes. `f` (and `T`) may borrow from the caller's
+    // frame; the caller does not return — nor unwind: cancellation is held off below — before
+    // the job has run and reported.
+    let job: Job = unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + '_>, Job>(job) };
+    // The coroutine must not unwind while the job may still use its borrows.
+    let _no_cancel = crate::join::CancelGuard::new();
+    if let Err(e) = shared.blocking.submit(job) {
+        panic!("cannot run blocking work: {e}");
+    }
+    loop {
+        if let Some(r) = lock(&done.result).take() {
+            return r.unwrap_or_else(|p| std::panic::resume_unwind(p));
+        }
+        spindle_park::park();
+    }
+}

@@ -1,0 +1,56 @@
+//! Cooperation: yielding, and the budget that makes busy coroutines yield.
+//!
+//! A coroutine runs until it suspends. One that never blocks — because every operation it
+//! does happens to complete at once (a channel that always has a message, a socket that always
+//! has data) — would keep its worker forever. So such operations call [`consume_budget`]:
+//! each costs one unit of the slice's budget (128), and when the budget is spent, or the slice
+//! is older than the monitor's slice period (10 ms), the coroutine yields to the back of the
+//! queue. A task woken by the running one into the run-next slot inherits the slice and its
+//! budget (Go's rule), so two tasks waking each other cannot monopolise a worker.
+
+use crate::task::{CancelUnwind, Suspend};
+use crate::worker::{self, BUDGET};
+
+/// Yields the current coroutine: it goes to the back of its worker's queue and runs again
+/// after the coroutines queued before it. On a plain thread, yields the thread
+/// ([`std::thread::yield_now`]).
+///
+/// A cancelled coroutine unwinds here instead.
+pub fn yield_now() {
+    match worker::current_task_header() {
+        Some(header) => {
+            if header.should_unwind() {
+                std::panic::resume_unwind(Box::new(CancelUnwind));
+            }
+            worker::suspend_current(header, Suspend::Yield);
+            if header.should_unwind() {
+                std::panic::resume_unwind(Box::new(CancelUnwind));
+            }
+        }
+        None => std::thread::yield_now(),
+    }
+}
+
+/// Counts one operation that completed without blocking against the current coroutine's
+/// budget, and yields if the budget or the time slice is used up. A no-op outside a
+/// coroutine.
+pub fn consume_budget() {
+    consume_budget_here();
+}
+
+pub(crate) fn consume_budget_here() {
+    let Some(ctx) = worker::current() else { return };
+    if worker::current_task_header().is_none() {
+        return;
+    }
+    let left = ctx.budget.get().saturating_sub(1);
+    ctx.budget.set(left);
+    let slice_over = ctx.shared.counters[ctx.index]
+        .slice_epoch()
+        .wrapping_sub(ctx.slice_epoch.get())
+        >= 2;
+    if left == 0 || slice_over {
+        ctx.budget.set(BUDGET);
+        yield_now();
+    }
+}

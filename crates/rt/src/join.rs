@@ -1,0 +1,221 @@
+//! Joining and cancelling coroutines.
+
+use std::any::Any;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use crate::task::{Failure, State, TaskCell, TaskRef, lock};
+use crate::worker;
+
+/// An owned permission to join a coroutine (wait for its result) or cancel it.
+///
+/// Dropping the handle detaches the coroutine: it keeps running; its panic, if any, has already
+/// been reported by the panic hook where it happened.
+pub struct JoinHandle<T> {
+    pub(crate) task: Arc<TaskCell<T>>,
+}
+
+/// Why a coroutine produced no value.
+pub enum JoinError {
+    /// It panicked; the payload is the panic's.
+    Panicked(Box<dyn Any + Send + 'static>),
+    /// It was cancelled ([`JoinHandle::cancel`], or its runtime shut down) and unwound.
+    Cancelled,
+}
+
+impl JoinError {
+    /// True for [`JoinError::Cancelled`].
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, JoinError::Cancelled)
+    }
+
+    /// True for [`JoinError::Panicked`].
+    pub fn is_panic(&self) -> bool {
+        matches!(self, JoinError::Panicked(_))
+    }
+
+    /// The panic payload, to re-raise it with [`std::panic::resume_unwind`].
+    ///
+    /// # Panics
+    ///
+    /// If the error is not a panic.
+    pub fn into_panic(self) -> Box<dyn Any + Send + 'static> {
+        match self {
+            JoinError::Panicked(payload) => payload,
+            JoinError::Cancelled => panic!("JoinError::into_panic on a cancelled coroutine"),
+        }
+    }
+}
+
+impl fmt::Debug for JoinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JoinError::Panicked(p) => {
+                let msg = p
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+                    .unwrap_or("<non-string payload>");
+                f.debug_tuple("Panicked").field(&msg).finish()
+            }
+            JoinError::Cancelled => f.write_str("Cancelled"),
+        }
+    }
+}
+
+impl fmt::Display for JoinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JoinError::Panicked(_) => f.write_str("the coroutine panicked"),
+            JoinError::Cancelled => f.write_str("the coroutine was cancelled"),
+        }
+    }
+}
+
+impl std::error::Error for JoinError {}
+
+impl From<Failure> for JoinError {
+    fn from(f: Failure) -> Self {
+        match f {
+            Failure::Panicked(p) => JoinError::Panicked(p),
+            Failure::Cancelled => JoinError::Cancelled,
+        }
+    }
+}
+
+impl<T: Send + 'static> JoinHandle<T> {
+    /// Waits for the coroutine to finish and returns its value.
+    ///
+    /// In a coroutine this suspends only the caller; on a plain thread it blocks the thread.
+    ///
+    /// # Errors
+    ///
+    /// [`JoinError::Panicked`] with the payload if it panicked, [`JoinError::Cancelled`] if it
+    /// was cancelled.
+    ///
+    /// # Panics
+    ///
+    /// If a coroutine joins its own handle (that would never return).
+    pub fn join(self) -> Result<T, JoinError> {
+        if let Some(me) = worker::current_task_header()
+            && std::ptr::eq(me, &self.task.header)
+        {
+            panic!("a coroutine cannot join its own JoinHandle: it would wait for itself forever");
+        }
+        loop {
+            {
+                let mut slot = lock(&self.task.join.slot);
+                if let Some(result) = slot.result.take() {
+                    drop(slot);
+                    crate::coop::consume_budget_here();
+                    return result.map_err(JoinError::from);
+                }
+                slot.waiter = Some(spindle_park::waker());
+            }
+            spindle_park::park();
+        }
+    }
+
+    /// Whether the coroutine has finished (its result waits for `join`).
+    pub fn is_finished(&self) -> bool {
+        lock(&self.task.join.slot).done
+    }
+
+    /// Asks the coroutine to stop: it unwinds from the suspension point where it waits now (a
+    /// sleep, a join, any park) or from the next one it reaches — its destructors run — and
+    /// `join` then reports [`JoinError::Cancelled`]. A coroutine that holds a
+    /// [`CancelGuard`] is cancelled when it drops the last one. A coroutine that never
+    /// suspends cannot be cancelled. Cancelling a finished coroutine does nothing.
+    pub fn cancel(&self) {
+        cancel_task(&TaskRef(self.task.clone()));
+    }
+
+    /// The coroutine's id (unique in the process).
+    pub fn id(&self) -> u64 {
+        self.task.header.id
+    }
+
+    /// The coroutine's name, if it was given one.
+    pub fn name(&self) -> Option<&str> {
+        self.task.header.name.as_deref()
+    }
+}
+
+impl<T> fmt::Debug for JoinHandle<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JoinHandle")
+            .field("id", &self.task.header.id)
+            .field("name", &self.task.header.name)
+            .finish()
+    }
+}
+
+/// Requests cancellation and wakes the task so it unwinds.
+pub(crate) fn cancel_task(task: &TaskRef) {
+    let header = task.header();
+    if header.notify(State::CANCELLED | State::NOTIFIED) {
+        header
+            .shared
+            .schedule(task.clone(), spindle_sched::Reason::Woken);
+    }
+}
+
+/// Holds off cancellation of the current coroutine while it lives: a critical section that
+/// must not be interrupted (between two writes that must both happen, say). A cancel that
+/// arrives meanwhile takes effect at the first suspension point after the last guard is
+/// dropped. Guards nest. Outside a coroutine it does nothing.
+///
+/// ```
+/// let rt = spindle_rt::Runtime::builder().workers(1).build()?;
+/// rt.block_on(|| {
+///     let _guard = spindle_rt::CancelGuard::new();
+///     spindle_rt::sleep(std::time::Duration::from_millis(1)); // not cancellable here
+/// });
+/// # Ok::<(), spindle_rt::BuildError>(())
+/// ```
+pub struct CancelGuard {
+    active: bool,
+    _not_send: PhantomData<*mut ()>,
+}
+
+impl CancelGuard {
+    /// Starts holding off cancellation.
+    pub fn new() -> Self {
+        let active = match worker::current_task_header() {
+            Some(h) => {
+                h.no_cancel.set(h.no_cancel.get() + 1);
+                true
+            }
+            None => false,
+        };
+        CancelGuard {
+            active,
+            _not_send: PhantomData,
+        }
+    }
+}
+
+impl Default for CancelGuard {
+    fn default() -> Self {
+        CancelGuard::new()
+    }
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if self.active
+            && let Some(h) = worker::current_task_header()
+        {
+            h.no_cancel.set(h.no_cancel.get().saturating_sub(1));
+        }
+    }
+}
+
+impl fmt::Debug for CancelGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CancelGuard")
+            .field("active", &self.active)
+            .finish()
+    }
+}

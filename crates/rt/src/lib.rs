@@ -1,0 +1,88 @@
+//! The Spindle runtime: worker threads that run stackful coroutines.
+//!
+//! ```
+//! use spindle_rt::Runtime;
+//! use std::time::Duration;
+//!
+//! let rt = Runtime::builder().workers(2).build()?;
+//! let answer = rt.block_on(|| {
+//!     // A coroutine: blocking-style code that suspends only itself.
+//!     let handles: Vec<_> = (0..10)
+//!         .map(|i| spindle_rt::spawn(move || {
+//!             spindle_rt::sleep(Duration::from_millis(1));
+//!             i * i
+//!         }))
+//!         .collect();
+//!     handles.into_iter().map(|h| h.join().unwrap()).sum::<i32>()
+//! });
+//! assert_eq!(answer, 285);
+//! # Ok::<(), spindle_rt::BuildError>(())
+//! ```
+//!
+//! # What a coroutine can do
+//!
+//! [`spawn`] coroutines (from coroutines, or from any thread through a [`Handle`] or the
+//! [`Runtime`]), [`JoinHandle::join`] them (in a coroutine that suspends only the caller, on a
+//! thread it blocks it), [`JoinHandle::cancel`] them (they unwind from their next suspension
+//! point, destructors run), [`sleep`], [`yield_now`], [`park`] / [`Current::unpark`] like
+//! `std::thread`, run [`blocking`] work on a thread pool, spawn borrowing children in a
+//! [`scope`], keep [`coroutine_local!`] values. Every blocking operation of Spindle goes
+//! through `spindle_park`, so the same code blocks a plain thread when it runs outside a
+//! runtime.
+//!
+//! # Policies: which one when
+//!
+//! | [`Policy`] | queues | use it for |
+//! |---|---|---|
+//! | `WorkStealing` (default) | per-worker deques, a run-next slot, a global injector, stealing | throughput: servers, fan-out/fan-in, uneven work |
+//! | `RoundRobin` | one queue per worker; new coroutines dealt in turn; no migration | predictable placement, per-worker state, measuring |
+//! | `Fifo` | one global first-in-first-out queue | fairness as a reference; latency-sensitive work with few cores |
+//!
+//! # Migration and thread-locals (DESIGN.md invariant 2)
+//!
+//! A coroutine's stack may hold references into thread-locals, `Rc`s, or addresses the compiler
+//! computed from a thread-local before a switch. So a coroutine spawned with the safe API may
+//! move to another worker only *before it first runs* (work-stealing moves those freely); once
+//! it has run, it stays on that worker. [`Builder::migratable`] (`unsafe`) lets it move at any
+//! suspension point, under a written contract.
+//!
+//! # Cancellation and shutdown
+//!
+//! [`JoinHandle::cancel`] makes the coroutine unwind from the suspension point where it waits
+//! (a sleep, a join, a park) or the next one it reaches; its destructors run and `join` reports
+//! [`JoinError::Cancelled`]. A [`CancelGuard`] holds cancellation off through a critical
+//! section. Dropping the [`Runtime`] cancels every coroutine still alive, waits for them to
+//! unwind, and joins the worker threads.
+//!
+//! # Fairness
+//!
+//! A coroutine runs until it suspends. Operations that complete without suspending count
+//! against a per-slice budget ([`consume_budget`]); a task woken into the run-next slot
+//! inherits the slice (Go's rule). A monitor thread reports a coroutine that keeps its worker
+//! for more than 10 ms (configurable) without suspending.
+#![deny(missing_docs)]
+
+mod blocking;
+mod coop;
+mod current;
+mod join;
+mod local;
+mod metrics;
+mod monitor;
+mod runtime;
+mod scope;
+mod spawn;
+mod task;
+mod time;
+mod worker;
+
+pub use blocking::blocking;
+pub use coop::{consume_budget, yield_now};
+pub use current::{Current, current, park, park_timeout, try_current};
+pub use join::{CancelGuard, JoinError, JoinHandle};
+pub use local::LocalKey;
+pub use metrics::{Metrics, WorkerMetrics};
+pub use runtime::{BuildError, Handle, Policy, Runtime, RuntimeBuilder, StackKind};
+pub use scope::{Scope, ScopedJoinHandle, scope};
+pub use spawn::{Builder, spawn};
+pub use time::{sleep, sleep_until};

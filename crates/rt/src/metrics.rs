@@ -1,0 +1,93 @@
+//! Per-worker counters and the [`Metrics`] snapshot.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use crate::runtime::Shared;
+
+/// Counters one worker updates (relaxed atomics: only the worker writes most of them; the
+/// monitor and `metrics()` read them).
+#[derive(Default)]
+pub(crate) struct WorkerCounters {
+    /// Coroutine resumes (each run of a task until it switches back).
+    pub(crate) resumes: AtomicU64,
+    /// Times the worker thread parked for lack of work.
+    pub(crate) parks: AtomicU64,
+    /// A coroutine is running now.
+    pub(crate) running: AtomicBool,
+    /// The id of the task running (or that ran last).
+    pub(crate) running_task: AtomicU64,
+    /// Bumped by the monitor every slice: a task whose slice began in an older epoch has used
+    /// its slice.
+    pub(crate) epoch: AtomicU32,
+}
+
+impl WorkerCounters {
+    pub(crate) fn begin_run(&self, task: u64) {
+        self.running_task.store(task, Ordering::Relaxed);
+        self.running.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn end_run(&self) {
+        self.running.store(false, Ordering::Relaxed);
+        // Single writer: a load and a store are enough (no read-modify-write).
+        let n = self.resumes.load(Ordering::Relaxed);
+        self.resumes.store(n + 1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn slice_epoch(&self) -> u32 {
+        self.epoch.load(Ordering::Relaxed)
+    }
+}
+
+/// A snapshot of a runtime's counters, from [`Runtime::metrics`](crate::Runtime::metrics).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Metrics {
+    /// The policy's name.
+    pub policy: &'static str,
+    /// Coroutines alive (spawned, not finished).
+    pub live_coroutines: usize,
+    /// Threads of the blocking pool alive now.
+    pub blocking_threads: usize,
+    /// One entry per worker.
+    pub workers: Vec<WorkerMetrics>,
+}
+
+/// One worker's counters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerMetrics {
+    /// Coroutine resumes: each is one switch into a coroutine and one back.
+    pub resumes: u64,
+    /// Context switches (two per resume).
+    pub switches: u64,
+    /// Tasks this worker stole from others.
+    pub steals: u64,
+    /// Times the worker thread slept for lack of work.
+    pub parks: u64,
+    /// Tasks waiting in this worker's queues now.
+    pub queue_depth: usize,
+}
+
+pub(crate) fn snapshot(shared: &Shared) -> Metrics {
+    let workers = (0..shared.workers())
+        .map(|w| {
+            let c = &shared.counters[w];
+            let stats = shared.policy.stats(w);
+            let resumes = c.resumes.load(Ordering::Relaxed);
+            WorkerMetrics {
+                resumes,
+                switches: resumes * 2,
+                steals: stats.stole,
+                parks: c.parks.load(Ordering::Relaxed),
+                queue_depth: stats.depth,
+            }
+        })
+        .collect();
+    Metrics {
+        policy: shared.policy.name(),
+        live_coroutines: shared.tasks.live(),
+        blocking_threads: shared.blocking.threads(),
+        workers,
+    }
+}

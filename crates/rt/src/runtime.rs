@@ -1,0 +1,600 @@
+//! The runtime: configuration, the shared state of its workers, start and shutdown.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::thread::{self, JoinHandle as ThreadJoin, Thread};
+use std::time::Duration;
+
+use spindle_sched::{Fifo, Idle, Notify, Policy as _, Reason, RoundRobin, WorkStealing};
+use spindle_stack::{PoolConfig, PoolKind, StackPool};
+
+use crate::blocking::BlockingPool;
+use crate::metrics::{Metrics, WorkerCounters};
+use crate::task::{TaskRef, lock};
+use crate::worker;
+
+/// Which scheduling policy the workers share. See the crate docs for when to use which.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Policy {
+    /// One global first-in-first-out queue: the fairness reference; scales the least.
+    Fifo,
+    /// A queue per worker; new coroutines are dealt in turn and never migrate.
+    RoundRobin,
+    /// Per-worker deques, stealing, a run-next slot: the default.
+    #[default]
+    WorkStealing,
+}
+
+/// The stacks the runtime's coroutines get (per coroutine overridable with
+/// [`crate::Builder::stack`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StackKind {
+    /// Fixed-size guarded stacks from a pool (the default: 256 KiB).
+    Pooled {
+        /// Usable bytes per stack.
+        size: usize,
+    },
+    /// Growable stacks: `initial` bytes committed, growing up to `max` (Unix only).
+    Growable {
+        /// Committed at first.
+        initial: usize,
+        /// The reservation.
+        max: usize,
+    },
+}
+
+impl Default for StackKind {
+    fn default() -> Self {
+        StackKind::Pooled { size: 256 * 1024 }
+    }
+}
+
+type ThreadHook = Arc<dyn Fn() + Send + Sync>;
+
+/// Configures and builds a [`Runtime`].
+///
+/// ```
+/// use spindle_rt::{Policy, Runtime};
+///
+/// let rt = Runtime::builder()
+///     .workers(2)
+///     .policy(Policy::WorkStealing)
+///     .thread_name("my-worker")
+///     .build()?;
+/// assert_eq!(rt.block_on(|| 6 * 7), 42);
+/// # Ok::<(), spindle_rt::BuildError>(())
+/// ```
+#[derive(Clone)]
+pub struct RuntimeBuilder {
+    workers: Option<usize>,
+    policy: Policy,
+    stack: StackKind,
+    thread_name: String,
+    on_start: Option<ThreadHook>,
+    on_stop: Option<ThreadHook>,
+    stuck_threshold: Option<Duration>,
+    blocking_threads: usize,
+    blocking_keep_alive: Duration,
+}
+
+impl fmt::Debug for RuntimeBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RuntimeBuilder")
+            .field("workers", &self.workers)
+            .field("policy", &self.policy)
+            .field("stack", &self.stack)
+            .field("thread_name", &self.thread_name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a runtime could not be built.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// A setting is out of range; the message says which and why.
+    Invalid(&'static str),
+    /// The stack pool could not be set up.
+    Stack(spindle_stack::StackError),
+    /// A worker thread could not be spawned.
+    Thread(std::io::Error),
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::Invalid(why) => write!(f, "invalid runtime configuration: {why}"),
+            BuildError::Stack(e) => write!(f, "cannot set up the runtime's stacks: {e}"),
+            BuildError::Thread(e) => write!(f, "cannot spawn a worker thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BuildError::Invalid(_) => None,
+            BuildError::Stack(e) => Some(e),
+            BuildError::Thread(e) => Some(e),
+        }
+    }
+}
+
+impl Default for RuntimeBuilder {
+    fn default() -> Self {
+        RuntimeBuilder {
+            workers: None,
+            policy: Policy::default(),
+            stack: StackKind::default(),
+            thread_name: "spindle-worker".into(),
+            on_start: None,
+            on_stop: None,
+            stuck_threshold: Some(Duration::from_millis(10)),
+            blocking_threads: 512,
+            blocking_keep_alive: Duration::from_secs(10),
+        }
+    }
+}
+
+impl RuntimeBuilder {
+    /// Worker threads (default: the available parallelism). 0 is refused by [`build`].
+    ///
+    /// [`build`]: RuntimeBuilder::build
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = Some(n);
+        self
+    }
+
+    /// The single-worker flavour: one worker thread, so everything the runtime runs is
+    /// serialized on it (no migration question at all).
+    pub fn single_worker(self) -> Self {
+        self.workers(1)
+    }
+
+    /// The scheduling policy (default [`Policy::WorkStealing`]).
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The default stack of the runtime's coroutines.
+    pub fn stack(mut self, stack: StackKind) -> Self {
+        self.stack = stack;
+        self
+    }
+
+    /// Worker thread names: `<name>-<index>`.
+    pub fn thread_name(mut self, name: impl Into<String>) -> Self {
+        self.thread_name = name.into();
+        self
+    }
+
+    /// Runs `f` on each worker thread when it starts.
+    pub fn on_thread_start(mut self, f: impl Fn() + Send + Sync + 'static) -> Self {
+        self.on_start = Some(Arc::new(f));
+        self
+    }
+
+    /// Runs `f` on each worker thread when it stops.
+    pub fn on_thread_stop(mut self, f: impl Fn() + Send + Sync + 'static) -> Self {
+        self.on_stop = Some(Arc::new(f));
+        self
+    }
+
+    /// How long a coroutine may run without suspending before the monitor reports it (once
+    /// per run, naming it); `None` turns the monitor off. Default 10 ms.
+    pub fn stuck_threshold(mut self, threshold: Option<Duration>) -> Self {
+        self.stuck_threshold = threshold;
+        self
+    }
+
+    /// The most threads of the blocking pool ([`crate::blocking`]); default 512.
+    pub fn blocking_threads(mut self, n: usize) -> Self {
+        self.blocking_threads = n;
+        self
+    }
+
+    /// How long an idle blocking-pool thread waits for work before it exits; default 10 s.
+    pub fn blocking_keep_alive(mut self, keep_alive: Duration) -> Self {
+        self.blocking_keep_alive = keep_alive;
+        self
+    }
+
+    /// Starts the worker threads.
+    ///
+    /// # Errors
+    ///
+    /// Zero workers or zero blocking threads, a stack size the pool refuses, or a thread that
+    /// cannot be spawned.
+    pub fn build(self) -> Result<Runtime, BuildError> {
+        let workers = match self.workers {
+            Some(0) => return Err(BuildError::Invalid("a runtime needs at least one worker")),
+            Some(n) => n,
+            None => thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        if self.blocking_threads == 0 {
+            return Err(BuildError::Invalid(
+                "the blocking pool needs at least one thread",
+            ));
+        }
+        let pool_config = match self.stack {
+            StackKind::Pooled { size } => PoolConfig {
+                stack_size: size,
+                ..PoolConfig::default()
+            },
+            StackKind::Growable { initial, max } => PoolConfig {
+                stack_size: max,
+                kind: PoolKind::Growable { initial },
+                ..PoolConfig::default()
+            },
+        };
+        let stacks = StackPool::new(pool_config).map_err(BuildError::Stack)?;
+        let policy = match self.policy {
+            Policy::Fifo => PolicyImpl::Fifo(Fifo::new(workers).map_err(sched_error)?),
+            Policy::RoundRobin => {
+                PolicyImpl::RoundRobin(RoundRobin::new(workers).map_err(sched_error)?)
+            }
+            Policy::WorkStealing => {
+                PolicyImpl::WorkStealing(WorkStealing::new(workers).map_err(sched_error)?)
+            }
+        };
+        let shared = Arc::new(Shared {
+            id: NEXT_RUNTIME_ID.fetch_add(1, Ordering::Relaxed),
+            policy,
+            idle: Idle::new(workers).map_err(sched_error)?,
+            threads: (0..workers).map(|_| OnceLock::new()).collect(),
+            counters: (0..workers).map(|_| WorkerCounters::default()).collect(),
+            tasks: TaskRegistry::new(),
+            closing: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            stacks,
+            blocking: BlockingPool::new(self.blocking_threads, self.blocking_keep_alive),
+            stuck_threshold: self.stuck_threshold,
+        });
+        let mut handles = Vec::with_capacity(workers);
+        for index in 0..workers {
+            let shared2 = shared.clone();
+            let on_start = self.on_start.clone();
+            let on_stop = self.on_stop.clone();
+            let spawned = thread::Builder::new()
+                .name(format!("{}-{index}", self.thread_name))
+                .spawn(move || {
+                    if let Some(f) = &on_start {
+                        f();
+                    }
+                    worker::run(shared2, index);
+                    if let Some(f) = &on_stop {
+                        f();
+                    }
+                });
+            match spawned {
+                Ok(handle) => {
+                    let _ = shared.threads[index].set(handle.thread().clone());
+                    handles.push(handle);
+                }
+                Err(e) => {
+                    shared.close();
+                    for h in handles {
+                        let _ = h.join();
+                    }
+                    return Err(BuildError::Thread(e));
+                }
+            }
+        }
+        let monitor = shared
+            .stuck_threshold
+            .map(|threshold| crate::monitor::start(&shared, threshold));
+        Ok(Runtime {
+            shared,
+            threads: handles,
+            monitor,
+        })
+    }
+}
+
+fn sched_error(e: spindle_sched::SchedError) -> BuildError {
+    let _ = e;
+    BuildError::Invalid("the scheduling policy refused the worker count")
+}
+
+static NEXT_RUNTIME_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The policies, behind one type (an enum, so that push and pop are direct calls).
+pub(crate) enum PolicyImpl {
+    Fifo(Fifo<TaskRef>),
+    RoundRobin(RoundRobin<TaskRef>),
+    WorkStealing(WorkStealing<TaskRef>),
+}
+
+macro_rules! dispatch {
+    ($self:expr, $p:ident => $e:expr) => {
+        match $self {
+            PolicyImpl::Fifo($p) => $e,
+            PolicyImpl::RoundRobin($p) => $e,
+            PolicyImpl::WorkStealing($p) => $e,
+        }
+    };
+}
+
+impl PolicyImpl {
+    pub(crate) fn push(&self, here: Option<usize>, task: TaskRef, reason: Reason) -> Notify {
+        dispatch!(self, p => p.push(here, task, reason))
+    }
+    pub(crate) fn pop(&self, w: usize) -> Option<spindle_sched::Popped<TaskRef>> {
+        dispatch!(self, p => p.pop(w))
+    }
+    pub(crate) fn has_work(&self, w: usize) -> bool {
+        dispatch!(self, p => p.has_work(w))
+    }
+    pub(crate) fn drain(&self) -> Vec<TaskRef> {
+        dispatch!(self, p => p.drain())
+    }
+    pub(crate) fn stats(&self, w: usize) -> spindle_sched::WorkerStats {
+        dispatch!(self, p => p.stats(w))
+    }
+    pub(crate) fn name(&self) -> &'static str {
+        dispatch!(self, p => p.name())
+    }
+}
+
+/// Every live task of a runtime, so that shutdown can cancel what is left. Sharded by id.
+pub(crate) struct TaskRegistry {
+    pub(crate) shards: Vec<Mutex<HashMap<u64, TaskRef>>>,
+    live: AtomicUsize,
+    /// Signalled when `live` drops to zero.
+    empty: (Mutex<()>, Condvar),
+}
+
+const SHARDS: usize = 16;
+
+impl TaskRegistry {
+    fn new() -> Self {
+        TaskRegistry {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            live: AtomicUsize::new(0),
+            empty: (Mutex::new(()), Condvar::new()),
+        }
+    }
+
+    pub(crate) fn insert(&self, task: TaskRef) {
+        let id = task.header().id;
+        self.live.fetch_add(1, Ordering::AcqRel);
+        lock(&self.shards[id as usize % SHARDS]).insert(id, task);
+    }
+
+    pub(crate) fn remove(&self, id: u64) {
+        let removed = lock(&self.shards[id as usize % SHARDS]).remove(&id);
+        if removed.is_some() && self.live.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let _guard = lock(&self.empty.0);
+            self.empty.1.notify_all();
+        }
+        drop(removed);
+    }
+
+    pub(crate) fn live(&self) -> usize {
+        self.live.load(Ordering::Acquire)
+    }
+
+    fn snapshot(&self) -> Vec<TaskRef> {
+        self.shards
+            .iter()
+            .flat_map(|s| lock(s).values().cloned().collect::<Vec<_>>())
+            .collect()
+    }
+
+    /// Waits until no task is live, or `timeout` passes (never, if None); returns whether
+    /// none is.
+    fn wait_empty(&self, timeout: Option<Duration>) -> bool {
+        let deadline = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
+        let mut guard = lock(&self.empty.0);
+        while self.live() != 0 {
+            guard = match deadline {
+                None => self.empty.1.wait(guard).unwrap_or_else(|e| e.into_inner()),
+                Some(deadline) => {
+                    let now = std::time::Instant::now();
+                    if now >= deadline {
+                        return false;
+                    }
+                    self.empty
+                        .1
+                        .wait_timeout(guard, deadline - now)
+                        .map(|(g, _)| g)
+                        .unwrap_or_else(|e| e.into_inner().0)
+                }
+            };
+        }
+        true
+    }
+}
+
+/// What the workers of a runtime share.
+pub(crate) struct Shared {
+    pub(crate) id: u64,
+    pub(crate) policy: PolicyImpl,
+    pub(crate) idle: Idle,
+    /// Each worker's thread, to unpark it.
+    pub(crate) threads: Vec<OnceLock<Thread>>,
+    pub(crate) counters: Vec<WorkerCounters>,
+    pub(crate) tasks: TaskRegistry,
+    /// Shutting down: no new tasks.
+    pub(crate) closing: AtomicBool,
+    /// Workers exit (set after the coroutines are gone, or at the shutdown's timeout).
+    pub(crate) stop: AtomicBool,
+    pub(crate) stacks: StackPool,
+    pub(crate) blocking: BlockingPool,
+    pub(crate) stuck_threshold: Option<Duration>,
+}
+
+impl Shared {
+    pub(crate) fn workers(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Makes `task` runnable: pushes it to the policy and wakes a worker if needed.
+    pub(crate) fn schedule(&self, task: TaskRef, reason: Reason) {
+        let here = worker::current_index(self);
+        match self.policy.push(here, task, reason) {
+            Notify::None => {}
+            Notify::Any => {
+                if let Some(w) = self.idle.notify_any() {
+                    self.unpark(w);
+                }
+            }
+            Notify::Worker(w) => {
+                if Some(w) != here && self.idle.notify_worker(w) {
+                    self.unpark(w);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn unpark(&self, w: usize) {
+        if let Some(t) = self.threads[w].get() {
+            t.unpark();
+        }
+    }
+
+    pub(crate) fn unpark_all(&self) {
+        for t in self.threads.iter().filter_map(OnceLock::get) {
+            t.unpark();
+        }
+    }
+
+    /// The name of live task `id`, if it has one.
+    pub(crate) fn task_name(&self, id: u64) -> Option<std::sync::Arc<str>> {
+        let shard = lock(&self.tasks.shards[id as usize % SHARDS]);
+        shard.get(&id).and_then(|t| t.header().name.clone())
+    }
+
+    pub(crate) fn task_finished(&self, id: u64) {
+        self.tasks.remove(id);
+    }
+
+    fn close(&self) {
+        self.closing.store(true, Ordering::Release);
+        self.stop.store(true, Ordering::Release);
+        self.unpark_all();
+    }
+}
+
+/// A running runtime: worker threads that run coroutines.
+///
+/// Dropping it shuts it down: coroutines still alive are cancelled (each unwinds from where it
+/// is suspended, so its destructors run), then the worker threads are joined.
+pub struct Runtime {
+    shared: Arc<Shared>,
+    threads: Vec<ThreadJoin<()>>,
+    monitor: Option<crate::monitor::Monitor>,
+}
+
+impl fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runtime")
+            .field("workers", &self.shared.workers())
+            .field("policy", &self.shared.policy.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// A builder with the defaults: work-stealing, one worker per available core, 256 KiB
+    /// pooled stacks.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder::default()
+    }
+
+    /// A runtime with the defaults.
+    ///
+    /// # Errors
+    ///
+    /// As for [`RuntimeBuilder::build`].
+    pub fn new() -> Result<Runtime, BuildError> {
+        Runtime::builder().build()
+    }
+
+    /// A handle to spawn on this runtime from anywhere; cheap to clone.
+    pub fn handle(&self) -> Handle {
+        Handle {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Counters of the runtime and its workers.
+    pub fn metrics(&self) -> Metrics {
+        crate::metrics::snapshot(&self.shared)
+    }
+
+    /// Shuts down: cancels every coroutine still alive, waits up to `timeout` for them to
+    /// unwind, then stops and joins the workers. Returns false if some coroutines were still
+    /// alive at the timeout (they are abandoned with their stacks: leaked, never freed under
+    /// them). Dropping the runtime does this with no timeout.
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> bool {
+        self.shutdown(Some(timeout))
+    }
+
+    fn shutdown(&mut self, timeout: Option<Duration>) -> bool {
+        let shared = &self.shared;
+        if shared.closing.swap(true, Ordering::AcqRel) && self.threads.is_empty() {
+            return true;
+        }
+        // Cancel what is left; the workers run each cancelled coroutine until it unwinds.
+        for task in shared.tasks.snapshot() {
+            crate::join::cancel_task(&task);
+        }
+        let all_done = shared.tasks.wait_empty(timeout);
+        shared.stop.store(true, Ordering::Release);
+        shared.unpark_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        if let Some(m) = self.monitor.take() {
+            m.stop();
+        }
+        shared.blocking.shutdown();
+        // Whatever is still queued (coroutines that did not unwind by the timeout) is
+        // abandoned: leaked with its stack (and, through the task ↔ runtime references, the
+        // runtime's shared state), never dropped here — dropping would unwind a coroutine on
+        // this thread, away from the worker it is bound to.
+        for task in shared.policy.drain() {
+            std::mem::forget(task);
+        }
+        all_done
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.shutdown(None);
+    }
+}
+
+/// A handle to a runtime: spawn on it from any thread.
+#[derive(Clone)]
+pub struct Handle {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Handle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Handle")
+            .field("id", &self.shared.id)
+            .finish()
+    }
+}
+
+impl Handle {
+    /// The handle of the runtime the current code runs on (in one of its coroutines or on one
+    /// of its worker threads), if any.
+    pub fn try_current() -> Option<Handle> {
+        worker::current_shared().map(|shared| Handle { shared })
+    }
+
+    /// Counters of the runtime and its workers.
+    pub fn metrics(&self) -> Metrics {
+        crate::metrics::snapshot(&self.shared)
+    }
+}

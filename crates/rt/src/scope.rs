@@ -1,0 +1,293 @@
+//! Structured concurrency: coroutines that may borrow from the caller, all joined before the
+//! scope returns.
+
+use std::cell::UnsafeCell;
+use std::fmt;
+use std::io;
+use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::join::{JoinError, JoinHandle};
+use crate::runtime::Shared;
+use crate::spawn::{Builder, spawn_on};
+use crate::task::{Failure, TaskCell, lock};
+use crate::worker;
+
+/// The result slot of a scoped coroutine: written once by the coroutine, read by the joiner
+/// after `join` returned. Shared (an `Arc`) so that it lives as long as either side needs it —
+/// a detached child of a scope may finish after its handle is gone.
+struct Slot<T>(UnsafeCell<Option<T>>);
+// SAFETY: the cell is written once by the coroutine and read by the joiner only after `join`
+// returned, which happens-after the coroutine finished (the join cell's mutex); T: Send.
+unsafe impl<T: Send> Send for Slot<T> {}
+// SAFETY: as above: the two accesses never overlap.
+unsafe impl<T: Send> Sync for Slot<T> {}
+
+/// A coroutine that may borrow for `'a`: its [`Drop`] joins it, so it cannot outlive `'a`.
+pub(crate) struct ScopedJoin<'a, T> {
+    handle: Option<JoinHandle<()>>,
+    slot: Arc<Slot<T>>,
+    /// Whether dropping waits for the coroutine. A [`Scope`]'s children do not: the scope
+    /// waits for all of them itself (as `std::thread::scope` does), so dropping a handle
+    /// detaches the child within the scope.
+    wait_on_drop: bool,
+    _borrows: PhantomData<&'a ()>,
+}
+
+/// Spawns `f`, which may borrow for `'a`.
+///
+/// # Safety
+///
+/// The returned `ScopedJoin` must be dropped or joined before `'a` ends (so: not leaked with
+/// `mem::forget`): its drop waits for the coroutine to finish.
+pub(crate) unsafe fn scoped_spawn<'a, F, T>(
+    shared: &Arc<Shared>,
+    builder: Builder,
+    f: F,
+) -> io::Result<ScopedJoin<'a, T>>
+where
+    F: FnOnce() -> T + Send + 'a,
+    T: Send + 'a,
+{
+    let slot = Arc::new(Slot(UnsafeCell::new(None)));
+    let writer = slot.clone();
+    let job: Box<dyn FnOnce() + Send + 'a> = Box::new(move || {
+        let value = f();
+        // SAFETY: the only write, before the coroutine finishes; nobody reads the slot before
+        // `join` returned (see `Slot`).
+        unsafe { *writer.0.get() = Some(value) };
+    });
+    // SAFETY: only the lifetime bound changes. The closure may borrow for 'a; the caller
+    // guarantees (this function's contract) that the coroutine finishes before 'a ends.
+    let job: Box<dyn FnOnce() + Send + 'static> = unsafe {
+        std::mem::transmute::<Box<dyn FnOnce() + Send + 'a>, Box<dyn FnOnce() + Send + 'static>>(
+            job,
+        )
+    };
+    let handle = spawn_on(shared, builder, job)?;
+    Ok(ScopedJoin {
+        handle: Some(handle),
+        wait_on_drop: true,
+        slot,
+        _borrows: PhantomData,
+    })
+}
+
+impl<T> ScopedJoin<'_, T> {
+    pub(crate) fn join(mut self) -> Result<T, JoinError> {
+        let handle = self.handle.take().expect("joined once");
+        let outcome = handle.join();
+        outcome.map(|()| {
+            // SAFETY: the coroutine finished (join returned Ok), after writing the slot.
+            unsafe { (*self.slot.0.get()).take() }
+                .expect("a finished scoped coroutine left its value")
+        })
+    }
+}
+
+impl<T> Drop for ScopedJoin<'_, T> {
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take()
+            && self.wait_on_drop
+        {
+            // Borrowed data must outlive the coroutine: wait for it, whatever happens.
+            wait_done(&handle.task);
+        }
+    }
+}
+
+/// Runs `f` with a [`Scope`] on which it can spawn coroutines that borrow from the caller; all
+/// of them are joined before `scope` returns.
+///
+/// Works like [`std::thread::scope`], in a coroutine (it suspends only the caller while it
+/// waits) or on a worker thread of a runtime:
+/// * every child is joined before `scope` returns (even if `f` or a child panics);
+/// * if `f` panics, or a child panics, the children still running are **cancelled** (they
+///   unwind from their next suspension point), then joined; then the panic continues from
+///   `scope` — `f`'s if it panicked, else the first child's (unless that child's handle was
+///   joined, which consumes its panic, as with threads).
+///
+/// ```
+/// let rt = spindle_rt::Runtime::builder().workers(2).build()?;
+/// let mut numbers = vec![1, 2, 3];
+/// let total = rt.block_on(|| {
+///     spindle_rt::scope(|s| {
+///         let left = s.spawn(|| numbers[..2].iter().sum::<i32>());
+///         let right = s.spawn(|| numbers[2..].iter().sum::<i32>());
+///         left.join().unwrap() + right.join().unwrap()
+///     })
+/// });
+/// assert_eq!(total, 6);
+/// numbers.push(4); // the borrows have ended
+/// # Ok::<(), spindle_rt::BuildError>(())
+/// ```
+///
+/// # Panics
+///
+/// Outside a runtime, and as described above.
+pub fn scope<'env, F, T>(f: F) -> T
+where
+    F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> T,
+{
+    let Some(shared) = worker::current_shared() else {
+        panic!("spindle_rt::scope called outside a runtime: call it from a coroutine");
+    };
+    let scope = Scope {
+        shared,
+        children: Arc::new(Children {
+            tasks: Mutex::new(Vec::new()),
+            failed: AtomicBool::new(false),
+        }),
+        _scope: PhantomData,
+        _env: PhantomData,
+    };
+    let body = catch_unwind(AssertUnwindSafe(|| f(&scope)));
+    if body.is_err() {
+        scope.children.cancel_all();
+    }
+    // Join every child (their handles may be gone: wait on the tasks themselves).
+    // (A copy: a child that fails while we wait still finds its siblings there to cancel.)
+    let tasks: Vec<_> = lock(&scope.children.tasks).clone();
+    let mut child_panic = None;
+    for task in tasks {
+        wait_done(&task);
+        let mut slot = lock(&task.join.slot);
+        if let Some(Err(Failure::Panicked(_))) = &slot.result
+            && child_panic.is_none()
+            && let Some(Err(Failure::Panicked(p))) = slot.result.take()
+        {
+            child_panic = Some(p);
+        }
+    }
+    match body {
+        Err(p) => resume_unwind(p),
+        Ok(value) => match child_panic {
+            Some(p) => resume_unwind(p),
+            None => value,
+        },
+    }
+}
+
+/// Parks until `task` has finished, without taking its result.
+fn wait_done<T>(task: &Arc<TaskCell<T>>) {
+    loop {
+        {
+            let mut slot = lock(&task.join.slot);
+            if slot.done {
+                return;
+            }
+            slot.waiter = Some(spindle_park::waker());
+        }
+        spindle_park::park();
+    }
+}
+
+/// The children of one scope.
+struct Children {
+    tasks: Mutex<Vec<Arc<TaskCell<()>>>>,
+    failed: AtomicBool,
+}
+
+impl Children {
+    fn cancel_all(&self) {
+        self.failed.store(true, Ordering::Release);
+        let tasks: Vec<_> = lock(&self.tasks).clone();
+        for t in tasks {
+            crate::join::cancel_task(&crate::task::TaskRef(t));
+        }
+    }
+}
+
+/// Spawns coroutines that may borrow from the environment of a [`scope`] call.
+pub struct Scope<'scope, 'env: 'scope> {
+    shared: Arc<Shared>,
+    children: Arc<Children>,
+    _scope: PhantomData<&'scope mut &'scope ()>,
+    _env: PhantomData<&'env mut &'env ()>,
+}
+
+impl fmt::Debug for Scope<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scope")
+            .field("children", &lock(&self.children.tasks).len())
+            .finish()
+    }
+}
+
+impl<'scope> Scope<'scope, '_> {
+    /// Spawns a coroutine that may borrow anything that outlives the scope.
+    ///
+    /// # Panics
+    ///
+    /// If no stack can be had or the runtime is shutting down.
+    pub fn spawn<F, T>(&'scope self, f: F) -> ScopedJoinHandle<'scope, T>
+    where
+        F: FnOnce() -> T + Send + 'scope,
+        T: Send + 'scope,
+    {
+        let children = self.children.clone();
+        let guarded = move || match catch_unwind(AssertUnwindSafe(f)) {
+            Ok(v) => v,
+            Err(p) => {
+                // A failing child cancels its siblings, then fails itself.
+                children.cancel_all();
+                resume_unwind(p)
+            }
+        };
+        // SAFETY: `scope` waits for every child (through `children`) before it returns or
+        // unwinds, and the `ScopedJoin` lives in the handle, which cannot outlive 'scope.
+        let join = unsafe { scoped_spawn(&self.shared, Builder::new(), guarded) };
+        let mut join = match join {
+            Ok(j) => j,
+            Err(e) => panic!("cannot spawn a scoped coroutine: {e}"),
+        };
+        // The scope waits for this child (below, through `children`), not the handle.
+        join.wait_on_drop = false;
+        let task = join.handle.as_ref().expect("fresh").task.clone();
+        lock(&self.children.tasks).push(task);
+        if self.children.failed.load(Ordering::Acquire) {
+            join.handle.as_ref().expect("fresh").cancel();
+        }
+        ScopedJoinHandle { join }
+    }
+}
+
+/// A handle to a coroutine of a [`Scope`].
+pub struct ScopedJoinHandle<'scope, T> {
+    join: ScopedJoin<'scope, T>,
+}
+
+impl<T> ScopedJoinHandle<'_, T> {
+    /// Waits for the coroutine and returns its value (see [`JoinHandle::join`]). Joining
+    /// consumes its panic: the scope does not propagate it again.
+    ///
+    /// # Errors
+    ///
+    /// As for [`JoinHandle::join`].
+    pub fn join(self) -> Result<T, JoinError> {
+        self.join.join()
+    }
+
+    /// Cancels the coroutine (see [`JoinHandle::cancel`]).
+    pub fn cancel(&self) {
+        if let Some(h) = &self.join.handle {
+            h.cancel();
+        }
+    }
+
+    /// Whether the coroutine has finished.
+    pub fn is_finished(&self) -> bool {
+        self.join
+            .handle
+            .as_ref()
+            .is_none_or(JoinHandle::is_finished)
+    }
+}
+
+impl<T> fmt::Debug for ScopedJoinHandle<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScopedJoinHandle").finish_non_exhaustive()
+    }
+}

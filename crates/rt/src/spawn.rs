@@ -1,0 +1,342 @@
+//! Spawning coroutines, and `block_on`.
+
+use std::cell::{Cell, UnsafeCell};
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+
+use spindle_coro::Coroutine;
+use spindle_sched::Reason;
+use spindle_stack::{GrowableStack, PooledStack, StackError, StackPool};
+
+use crate::join::JoinHandle;
+use crate::runtime::{Handle, Runtime, Shared, StackKind};
+use crate::task::{Header, NO_HOME, TaskRef, coroutine_body, new_task};
+use crate::worker;
+
+/// Spawns a coroutine on the current runtime and returns a handle to join or cancel it.
+///
+/// Works from the runtime's coroutines and worker threads. (From any other thread, spawn
+/// through a [`Handle`] or the [`Runtime`].)
+///
+/// # Panics
+///
+/// If there is no current runtime, or no stack can be had for the coroutine (the message says
+/// why; use [`Builder::spawn`] to get that as an error) — as `std::thread::spawn` does.
+pub fn spawn<F, T>(f: F) -> JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let Some(shared) = worker::current_shared() else {
+        panic!(
+            "spindle_rt::spawn called outside a runtime: spawn through a Runtime or a Handle, or \
+             call it from a coroutine of a runtime"
+        );
+    };
+    match spawn_on(&shared, Builder::new(), f) {
+        Ok(handle) => handle,
+        Err(e) => panic!("cannot spawn a coroutine: {e}"),
+    }
+}
+
+/// Configures one coroutine before spawning it: its name (used in stack-overflow and stuck
+/// reports), its stack, and whether it may migrate.
+///
+/// ```
+/// let rt = spindle_rt::Runtime::builder().workers(2).build()?;
+/// let sum = rt.block_on(|| {
+///     let h = spindle_rt::Builder::new()
+///         .name("adder")
+///         .stack_size(64 * 1024)
+///         .spawn(|| 2 + 2)
+///         .expect("a stack");
+///     h.join().unwrap()
+/// });
+/// assert_eq!(sum, 4);
+/// # Ok::<(), spindle_rt::BuildError>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct Builder {
+    name: Option<Arc<str>>,
+    stack: Option<StackKind>,
+    migratable: bool,
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("name", &self.name)
+            .field("stack", &self.stack)
+            .field("migratable", &self.migratable)
+            .finish()
+    }
+}
+
+impl Builder {
+    /// A coroutine with the runtime's defaults.
+    pub fn new() -> Self {
+        Builder::default()
+    }
+
+    /// Names the coroutine.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(Arc::from(name.into()));
+        self
+    }
+
+    /// A fixed stack of this many usable bytes (instead of the runtime's default pool).
+    pub fn stack_size(mut self, size: usize) -> Self {
+        self.stack = Some(StackKind::Pooled { size });
+        self
+    }
+
+    /// Another kind of stack for this coroutine.
+    pub fn stack(mut self, kind: StackKind) -> Self {
+        self.stack = Some(kind);
+        self
+    }
+
+    /// Lets the scheduler move the coroutine to another worker thread at any suspension point,
+    /// not only before its first run.
+    ///
+    /// # Safety
+    ///
+    /// Whatever the coroutine holds across a suspension — in its own frames and in the closure
+    /// — must be usable from another thread:
+    /// * no reference into a thread-local, and no `thread_local!` access whose address the
+    ///   compiler could have computed before a suspension and reused after it (keep every
+    ///   thread-local access inside one function call that does not suspend);
+    /// * no `!Send` value shared with code that stays on the old thread (`Rc`, `RefCell`
+    ///   guards…), no thread-affine OS object (a held `std::sync::Mutex` guard, thread-bound
+    ///   handles).
+    ///
+    /// Shared (copying) stacks never migrate; this option does not apply to them.
+    pub unsafe fn migratable(mut self) -> Self {
+        self.migratable = true;
+        self
+    }
+
+    /// Spawns the coroutine on the current runtime.
+    ///
+    /// # Errors
+    ///
+    /// No current runtime ([`io::ErrorKind::Other`]), the runtime is shutting down, or no
+    /// stack can be had (out of memory, `vm.max_map_count`: the message says which and what to
+    /// do).
+    pub fn spawn<F, T>(self, f: F) -> io::Result<JoinHandle<T>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let shared = worker::current_shared().ok_or_else(|| {
+            io::Error::other("spindle_rt::Builder::spawn called outside a runtime")
+        })?;
+        spawn_on(&shared, self, f)
+    }
+
+    /// Spawns the coroutine on the runtime of `handle`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`spawn`](Builder::spawn), minus "no current runtime".
+    pub fn spawn_on<F, T>(self, handle: &Handle, f: F) -> io::Result<JoinHandle<T>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        spawn_on(&handle.shared, self, f)
+    }
+}
+
+/// A coroutine's stack, whichever kind.
+pub(crate) enum TaskStack {
+    Pooled(PooledStack),
+    Growable(GrowableStack),
+}
+
+// SAFETY: delegates to the inner stacks, which uphold the contract.
+unsafe impl spindle_stack::Stack for TaskStack {
+    fn top(&self) -> std::ptr::NonNull<u8> {
+        match self {
+            TaskStack::Pooled(s) => s.top(),
+            TaskStack::Growable(s) => s.top(),
+        }
+    }
+    fn limit(&self) -> std::ptr::NonNull<u8> {
+        match self {
+            TaskStack::Pooled(s) => s.limit(),
+            TaskStack::Growable(s) => s.limit(),
+        }
+    }
+    fn usable_size(&self) -> usize {
+        match self {
+            TaskStack::Pooled(s) => s.usable_size(),
+            TaskStack::Growable(s) => s.usable_size(),
+        }
+    }
+    fn guard_size(&self) -> usize {
+        match self {
+            TaskStack::Pooled(s) => s.guard_size(),
+            TaskStack::Growable(s) => s.guard_size(),
+        }
+    }
+    fn set_owner(&self, owner: spindle_stack::Owner<'_>) {
+        match self {
+            TaskStack::Pooled(s) => s.set_owner(owner),
+            TaskStack::Growable(s) => s.set_owner(owner),
+        }
+    }
+}
+
+fn stack_for(shared: &Shared, kind: Option<StackKind>) -> Result<TaskStack, StackError> {
+    match kind {
+        None => shared.stacks.get().map(TaskStack::Pooled),
+        Some(StackKind::Pooled { size }) => {
+            if size == shared.stacks.config().stack_size {
+                shared.stacks.get().map(TaskStack::Pooled)
+            } else {
+                // A size the runtime's pool does not hold: its own pool of that size, shared by
+                // the coroutines that ask for it (the process-wide registry of pools by size).
+                pool_of_size(size)?.get().map(TaskStack::Pooled)
+            }
+        }
+        Some(StackKind::Growable { initial, max }) => {
+            GrowableStack::new(initial, max).map(TaskStack::Growable)
+        }
+    }
+}
+
+/// Pools of non-default sizes, one per size, for the life of the process.
+fn pool_of_size(size: usize) -> Result<StackPool, StackError> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static POOLS: OnceLock<Mutex<HashMap<usize, StackPool>>> = OnceLock::new();
+    let pools = POOLS.get_or_init(Default::default);
+    let mut pools = crate::task::lock(pools);
+    if let Some(p) = pools.get(&size) {
+        return Ok(p.clone());
+    }
+    let pool = StackPool::new(spindle_stack::PoolConfig {
+        stack_size: size,
+        ..spindle_stack::PoolConfig::default()
+    })?;
+    pools.insert(size, pool.clone());
+    Ok(pool)
+}
+
+static NEXT_TASK_ID: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) fn spawn_on<F, T>(
+    shared: &Arc<Shared>,
+    builder: Builder,
+    f: F,
+) -> io::Result<JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    if shared.closing.load(std::sync::atomic::Ordering::Acquire) {
+        return Err(io::Error::other(
+            "the runtime is shutting down: no new coroutines",
+        ));
+    }
+    let stack = stack_for(shared, builder.stack).map_err(io::Error::from)?;
+    let header = Header {
+        state: AtomicU32::new(crate::task::State::QUEUED),
+        id: NEXT_TASK_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        name: builder.name.clone(),
+        home: AtomicUsize::new(NO_HOME),
+        migratable: builder.migratable,
+        yielder: AtomicPtr::new(std::ptr::null_mut()),
+        park_seq: AtomicU64::new(0),
+        no_cancel: Cell::new(0),
+        timer: Cell::new(None),
+        shared: shared.clone(),
+        locals: UnsafeCell::new(crate::local::Locals::default()),
+    };
+    let name = builder.name;
+    let task = new_task(header, move |header| {
+        let mut b = spindle_coro::Builder::new();
+        if let Some(name) = &name {
+            b = b.name(name.to_string());
+        }
+        let co: Coroutine<_, _, _, TaskStack> =
+            b.build_with_stack(stack, coroutine_body(header, f));
+        co
+    });
+    let task_ref = TaskRef(task.clone());
+    shared.tasks.insert(task_ref.clone());
+    shared.schedule(task_ref, Reason::Spawned);
+    Ok(JoinHandle { task })
+}
+
+impl Runtime {
+    /// Spawns a coroutine on this runtime, from any thread.
+    ///
+    /// # Panics
+    ///
+    /// If no stack can be had, or the runtime is shutting down (see [`Builder::spawn_on`] for
+    /// the fallible form).
+    pub fn spawn<F, T>(&self, f: F) -> JoinHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.handle().spawn(f)
+    }
+
+    /// Runs `f` as a coroutine of this runtime — the root coroutine — and blocks the calling
+    /// thread until it returns, returning its value. `f` may borrow from the caller.
+    ///
+    /// # Panics
+    ///
+    /// If `f` panics (the panic continues here), if called from inside a coroutine (that would
+    /// block a worker: spawn and join instead), or if no stack can be had.
+    pub fn block_on<F, T>(&self, f: F) -> T
+    where
+        F: FnOnce() -> T + Send,
+        T: Send,
+    {
+        if spindle_park::in_task() {
+            panic!(
+                "Runtime::block_on called from inside a coroutine: it would block a worker \
+                 thread; spawn the work and join its handle instead"
+            );
+        }
+        let handle = self.handle();
+        // SAFETY: `scoped_spawn` requires that the coroutine is finished before `f`'s borrows
+        // end; `ScopedJoin` joins it before this function returns or unwinds.
+        let join = unsafe { crate::scope::scoped_spawn(&handle.shared, Builder::new(), f) };
+        match join {
+            Ok(join) => match join.join() {
+                Ok(value) => value,
+                Err(crate::JoinError::Panicked(p)) => std::panic::resume_unwind(p),
+                Err(crate::JoinError::Cancelled) => {
+                    panic!("the root coroutine of block_on was cancelled (the runtime shut down)")
+                }
+            },
+            Err(e) => panic!("cannot spawn the root coroutine: {e}"),
+        }
+    }
+}
+
+impl Handle {
+    /// Spawns a coroutine on this runtime, from any thread.
+    ///
+    /// # Panics
+    ///
+    /// If no stack can be had, or the runtime is shutting down (see [`Builder::spawn_on`] for
+    /// the fallible form).
+    pub fn spawn<F, T>(&self, f: F) -> JoinHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        match spawn_on(&self.shared, Builder::new(), f) {
+            Ok(handle) => handle,
+            Err(e) => panic!("cannot spawn a coroutine: {e}"),
+        }
+    }
+}

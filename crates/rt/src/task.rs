@@ -1,0 +1,443 @@
+//! A task: one coroutine under the runtime, its state machine, its waker and its result.
+//!
+//! # The state word
+//!
+//! Every task has one atomic word of flags ([`State`]). It decides who may touch the coroutine
+//! and whether a wake-up must schedule the task:
+//!
+//! | flags | meaning |
+//! |---|---|
+//! | none ("idle") | parked: in no queue, not running; only a wake-up or its timer brings it back |
+//! | `QUEUED` | in a run queue (or being pushed to one) |
+//! | `RUNNING` | a worker is running its coroutine (only that worker touches it) |
+//! | `NOTIFIED` | the wake-up permit of `spindle_park` (set by the waker, consumed by `park`) |
+//! | `CANCELLED` | `JoinHandle::cancel` was called |
+//! | `COMPLETE` | the coroutine finished; the result is in the join cell |
+//!
+//! Transitions (all with compare-and-swap loops):
+//! * **wake** (the task's `Waker`, any thread): set `NOTIFIED`; if idle, also set `QUEUED` and
+//!   push the task to the policy. If running or queued, the permit is all it takes.
+//! * **timer fire** (the worker that owns the timer): if idle, set `QUEUED` and push (no permit:
+//!   the parked code then sees its deadline passed).
+//! * **cancel**: like wake, plus `CANCELLED`.
+//! * **pop** (a worker takes the task from the policy): `QUEUED` → `RUNNING`.
+//! * **suspended** (the worker, on its own stack, after the coroutine switched back): `RUNNING`
+//!   → idle — unless `NOTIFIED` or `CANCELLED` arrived while it ran, then → `QUEUED` and pushed
+//!   again. This is invariant 1, *suspend, then publish*: a task becomes idle — the state in
+//!   which a waker schedules it — only after its context is saved, so no worker can resume a
+//!   coroutine that is still running. A wake-up that comes earlier finds `RUNNING` and leaves
+//!   the permit, which the worker sees here.
+//! * **finished**: → `COMPLETE`.
+
+use std::any::Any;
+use std::cell::{Cell, UnsafeCell};
+use std::fmt;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Wake, Waker};
+use std::time::Instant;
+
+use spindle_coro::{Coroutine, CoroutineResult, SendCoroutine, Yielder};
+
+use crate::runtime::Shared;
+use crate::spawn::TaskStack;
+
+/// The flags of the state word (see the module docs).
+pub(crate) struct State;
+
+impl State {
+    pub(crate) const QUEUED: u32 = 1;
+    pub(crate) const RUNNING: u32 = 1 << 1;
+    pub(crate) const NOTIFIED: u32 = 1 << 2;
+    pub(crate) const CANCELLED: u32 = 1 << 3;
+    pub(crate) const COMPLETE: u32 = 1 << 4;
+}
+
+/// Why a coroutine switched back to its worker.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Suspend {
+    /// `yield_now` or an exhausted budget: back to the end of the queue.
+    Yield,
+    /// `spindle_park::park`: idle until woken, or until the deadline (a timer).
+    Park(Option<Instant>),
+}
+
+/// The yielder type of every task's coroutine.
+pub(crate) type TaskYielder = Yielder<(), Suspend>;
+
+/// What a panic or a cancellation leaves as a task's outcome.
+pub(crate) enum Failure {
+    Panicked(Box<dyn Any + Send>),
+    Cancelled,
+}
+
+/// The payload of the unwind that cancels a coroutine. Private: user code sees only "not mine".
+pub(crate) struct CancelUnwind;
+
+/// What every task has, whatever its result type.
+pub(crate) struct Header {
+    pub(crate) state: AtomicU32,
+    pub(crate) id: u64,
+    pub(crate) name: Option<Arc<str>>,
+    /// The worker the task must run on (`NO_HOME`: any).
+    pub(crate) home: AtomicUsize,
+    /// The task may move to another worker at any suspension point (the `unsafe` builder
+    /// option), so it never gets a home.
+    pub(crate) migratable: bool,
+    /// The yielder of the running coroutine (set by the coroutine at its start).
+    pub(crate) yielder: AtomicPtr<TaskYielder>,
+    /// Incremented by every park with a deadline; a timer entry carries the value it was made
+    /// with, so a timer left over from an earlier park wakes nothing.
+    pub(crate) park_seq: AtomicU64,
+    /// Depth of `CancelGuard`s held by the running coroutine: cancellation waits while > 0.
+    pub(crate) no_cancel: Cell<u32>,
+    /// The timer armed by the current park: (worker, key). Written by the worker after the
+    /// coroutine parked, read by the coroutine when it resumes (never at the same time).
+    pub(crate) timer: Cell<Option<(usize, spindle_timer::TimerKey)>>,
+    /// The runtime.
+    pub(crate) shared: Arc<Shared>,
+    /// This task's coroutine-local values (touched only by the running coroutine).
+    pub(crate) locals: UnsafeCell<crate::local::Locals>,
+}
+
+// SAFETY: `no_cancel`, `timer` and `locals` are only touched by the coroutine of this task while it runs,
+// and a task runs on one thread at a time (the RUNNING flag, taken with a CAS, excludes other
+// workers; the hand-off between workers goes through the policy's queues, which synchronize).
+// Everything else is atomic or immutable.
+unsafe impl Sync for Header {}
+
+/// No home: the task may run on any worker.
+pub(crate) const NO_HOME: usize = usize::MAX;
+
+impl Header {
+    pub(crate) fn load(&self) -> u32 {
+        self.state.load(Ordering::Acquire)
+    }
+
+    /// Moves the state with `f` until the CAS succeeds; returns (old, new).
+    fn update(&self, mut f: impl FnMut(u32) -> Option<u32>) -> Option<(u32, u32)> {
+        let mut current = self.state.load(Ordering::Acquire);
+        loop {
+            let next = f(current)?;
+            match self.state.compare_exchange_weak(
+                current,
+                next,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some((current, next)),
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Sets `extra` (NOTIFIED, CANCELLED) and, if the task is idle, QUEUED. Returns true if the
+    /// caller must push the task.
+    pub(crate) fn notify(&self, extra: u32) -> bool {
+        self.update(|s| {
+            if s & State::COMPLETE != 0 {
+                return None;
+            }
+            let mut next = s | extra;
+            if s & (State::QUEUED | State::RUNNING) == 0 {
+                next |= State::QUEUED;
+            }
+            (next != s).then_some(next)
+        })
+        .is_some_and(|(old, new)| old & State::QUEUED == 0 && new & State::QUEUED != 0)
+    }
+
+    /// A timer fired for park number `seq`: schedules the task if it is still idle in that park.
+    pub(crate) fn timer_fired(&self, seq: u64) -> bool {
+        if self.park_seq.load(Ordering::Acquire) != seq {
+            return false;
+        }
+        self.update(|s| {
+            (s & (State::QUEUED | State::RUNNING | State::COMPLETE) == 0)
+                .then_some(s | State::QUEUED)
+        })
+        .is_some()
+    }
+
+    /// QUEUED → RUNNING (a worker took the task). False if the task is already complete (a
+    /// stale queue entry cannot exist, but be defensive).
+    pub(crate) fn start_running(&self) -> bool {
+        self.update(|s| (s & State::COMPLETE == 0).then_some((s & !State::QUEUED) | State::RUNNING))
+            .is_some()
+    }
+
+    /// After a park: RUNNING → idle, or → QUEUED if a wake-up or a cancel came meanwhile.
+    /// Returns true if the caller must push the task again.
+    pub(crate) fn park_done(&self) -> bool {
+        let (_, new) = self
+            .update(|s| {
+                let idle = s & !State::RUNNING;
+                Some(if s & (State::NOTIFIED | State::CANCELLED) != 0 {
+                    idle | State::QUEUED
+                } else {
+                    idle
+                })
+            })
+            .unwrap_or_default();
+        new & State::QUEUED != 0
+    }
+
+    /// After a yield: RUNNING → QUEUED.
+    pub(crate) fn yield_done(&self) {
+        self.update(|s| Some((s & !State::RUNNING) | State::QUEUED));
+    }
+
+    pub(crate) fn complete(&self) {
+        self.update(|s| Some((s & !(State::RUNNING | State::QUEUED)) | State::COMPLETE));
+    }
+
+    /// Consumes the permit, if set.
+    pub(crate) fn take_permit(&self) -> bool {
+        self.state.fetch_and(!State::NOTIFIED, Ordering::AcqRel) & State::NOTIFIED != 0
+    }
+
+    /// Whether a cancel was requested and may be acted on now.
+    pub(crate) fn should_unwind(&self) -> bool {
+        self.load() & State::CANCELLED != 0 && self.no_cancel.get() == 0
+    }
+
+    pub(crate) fn home(&self) -> Option<usize> {
+        match self.home.load(Ordering::Acquire) {
+            NO_HOME => None,
+            w => Some(w),
+        }
+    }
+}
+
+/// What the runtime needs of a task, whatever its result type.
+pub(crate) trait RawTask: Send + Sync + 'static {
+    fn header(&self) -> &Header;
+
+    /// Runs the coroutine until it suspends or finishes.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the RUNNING state (it popped the task and `start_running` succeeded)
+    /// and runs on a worker thread of the task's runtime, on the worker's own stack.
+    unsafe fn run(&self) -> Option<Suspend>;
+
+    /// A waker for this task.
+    fn waker(self: Arc<Self>) -> Waker;
+}
+
+/// A task as the policies see it.
+#[derive(Clone)]
+pub(crate) struct TaskRef(pub(crate) Arc<dyn RawTask>);
+
+impl TaskRef {
+    pub(crate) fn header(&self) -> &Header {
+        self.0.header()
+    }
+}
+
+impl spindle_sched::Task for TaskRef {
+    fn home(&self) -> Option<usize> {
+        self.header().home()
+    }
+}
+
+impl fmt::Debug for TaskRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Task")
+            .field("id", &self.header().id)
+            .finish()
+    }
+}
+
+/// The result of a task, shared with its `JoinHandle`.
+pub(crate) struct JoinCell<T> {
+    pub(crate) slot: Mutex<JoinSlot<T>>,
+}
+
+pub(crate) struct JoinSlot<T> {
+    pub(crate) result: Option<Result<T, Failure>>,
+    /// The result was produced (it may have been taken since).
+    pub(crate) done: bool,
+    /// Who waits in `join`.
+    pub(crate) waiter: Option<Waker>,
+}
+
+/// The coroutine of a task, and what becomes of it.
+pub(crate) enum Body<T> {
+    /// Not started: the coroutine exists, its closure on its stack.
+    Ready(SendCoroutine<(), Suspend, Result<T, Failure>, TaskStack>),
+    /// Running or suspended. (Same coroutine; the variant only records that it started.)
+    Started(SendCoroutine<(), Suspend, Result<T, Failure>, TaskStack>),
+    /// Finished or dropped.
+    Gone,
+}
+
+/// A task with result type `T`.
+pub(crate) struct TaskCell<T> {
+    pub(crate) header: Header,
+    /// Touched only by the worker holding RUNNING (see `RawTask::run`).
+    pub(crate) body: UnsafeCell<Body<T>>,
+    pub(crate) join: JoinCell<T>,
+}
+
+// SAFETY: `body` is only accessed by the worker that holds the task's RUNNING flag (one at a
+// time, synchronized by the CAS on the state and the queues' hand-off); the coroutine in it is
+// a `SendCoroutine`, whose contract the spawn path upholds (see `spawn::new_task`). The rest is
+// Sync.
+unsafe impl<T: Send> Sync for TaskCell<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Send for TaskCell<T> {}
+
+impl<T: Send + 'static> RawTask for TaskCell<T> {
+    fn header(&self) -> &Header {
+        &self.header
+    }
+
+    unsafe fn run(&self) -> Option<Suspend> {
+        // SAFETY: the caller holds RUNNING, so nobody else touches the body.
+        let body = unsafe { &mut *self.body.get() };
+        let coroutine = match std::mem::replace(body, Body::Gone) {
+            Body::Ready(co) | Body::Started(co) => co,
+            Body::Gone => return None,
+        };
+        let mut coroutine = coroutine.into_inner();
+        let result = coroutine.resume(());
+        match result {
+            CoroutineResult::Yield(why) => {
+                // SAFETY: the coroutine is suspended and stays on this worker unless the task
+                // has no home (not started — impossible here — or migratable, whose contract
+                // the spawner accepted).
+                *body = Body::Started(unsafe { SendCoroutine::new(coroutine) });
+                Some(why)
+            }
+            CoroutineResult::Return(outcome) => {
+                // The coroutine is finished; dropping it returns its stack.
+                drop(coroutine);
+                self.finish(outcome);
+                None
+            }
+        }
+    }
+
+    fn waker(self: Arc<Self>) -> Waker {
+        Waker::from(self)
+    }
+}
+
+impl<T: Send + 'static> TaskCell<T> {
+    /// Publishes the outcome and wakes the joiner.
+    fn finish(&self, outcome: Result<T, Failure>) {
+        self.header.complete();
+        // Leave the registry first, so that whoever the result wakes sees the task gone.
+        self.header.shared.task_finished(self.header.id);
+        let waiter = {
+            let mut slot = lock(&self.join.slot);
+            slot.result = Some(outcome);
+            slot.done = true;
+            slot.waiter.take()
+        };
+        if let Some(w) = waiter {
+            w.wake();
+        }
+    }
+}
+
+impl<T: Send + 'static> Wake for TaskCell<T> {
+    fn wake(self: Arc<Self>) {
+        if self.header.notify(State::NOTIFIED) {
+            let shared = self.header.shared.clone();
+            shared.schedule(TaskRef(self), spindle_sched::Reason::Woken);
+        }
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if self.header.notify(State::NOTIFIED) {
+            self.header
+                .shared
+                .schedule(TaskRef(self.clone()), spindle_sched::Reason::Woken);
+        }
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding one of our internal locks cannot leave its data inconsistent (the
+    // critical sections only move values in and out), so poisoning is ignored.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The body of every task's coroutine: records the yielder, runs the closure, catches panics
+/// and cancellation, drops coroutine-locals.
+pub(crate) fn coroutine_body<T, F>(
+    header: *const Header,
+    f: F,
+) -> impl FnOnce(&TaskYielder, ()) -> Result<T, Failure> + 'static
+where
+    F: FnOnce() -> T + 'static,
+    T: 'static,
+{
+    let header = SendPtr(header);
+    move |yielder: &TaskYielder, ()| {
+        let header = header;
+        // SAFETY: the task (and so its header) outlives its coroutine: the coroutine is a field
+        // of the task.
+        let header: &Header = unsafe { &*header.0 };
+        header
+            .yielder
+            .store(ptr::from_ref(yielder).cast_mut(), Ordering::Release);
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if header.should_unwind() {
+                // Cancelled before it ever ran: do not run the closure at all.
+                std::panic::resume_unwind(Box::new(CancelUnwind));
+            }
+            f()
+        }));
+        // Coroutine-locals die with the coroutine, on its stack, before it finishes.
+        // SAFETY: only the running coroutine touches its locals.
+        let locals = unsafe { &mut *header.locals.get() };
+        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| locals.clear()));
+        header.yielder.store(ptr::null_mut(), Ordering::Release);
+        match outcome {
+            Ok(value) => match dropped {
+                Ok(()) => Ok(value),
+                Err(payload) => Err(Failure::Panicked(payload)),
+            },
+            Err(payload) if payload.is::<CancelUnwind>() => Err(Failure::Cancelled),
+            Err(payload) => Err(Failure::Panicked(payload)),
+        }
+    }
+}
+
+/// A raw pointer that may be moved into a `Send` closure (the task is `Sync`).
+#[derive(Clone, Copy)]
+pub(crate) struct SendPtr<T>(pub(crate) *const T);
+// SAFETY: only used for the task header, which is Sync; the pointer is dereferenced only while
+// the task is alive (see `coroutine_body`).
+unsafe impl<T> Send for SendPtr<T> {}
+
+/// Makes a typed task around a coroutine built by `make`, which receives the task's header.
+pub(crate) fn new_task<T: Send + 'static>(
+    header: Header,
+    make: impl FnOnce(*const Header) -> Coroutine<(), Suspend, Result<T, Failure>, TaskStack>,
+) -> Arc<TaskCell<T>> {
+    let cell = Arc::new(TaskCell {
+        header,
+        body: UnsafeCell::new(Body::Gone),
+        join: JoinCell {
+            slot: Mutex::new(JoinSlot {
+                result: None,
+                done: false,
+                waiter: None,
+            }),
+        },
+    });
+    let coroutine = make(&cell.header);
+    // SAFETY: the coroutine has not started; its closure and result type are Send (the spawn
+    // functions require `F: Send`, `T: Send`), so it may run on any worker for its first run;
+    // afterwards it is pinned to the worker that ran it (its `home`) unless the spawner made it
+    // migratable with the unsafe builder option, whose contract covers exactly this.
+    let coroutine = unsafe { SendCoroutine::new(coroutine) };
+    // SAFETY: no worker can see the task yet; we are its only user.
+    unsafe { *cell.body.get() = Body::Ready(coroutine) };
+    cell
+}

@@ -1,0 +1,326 @@
+//! A worker thread: the scheduling loop, the park hook its coroutines use, its timers.
+//!
+//! # The loop (after Go's `schedule`/`findrunnable`)
+//!
+//! ```text
+//! loop:
+//!     fire due timers
+//!     pop a task from the policy (own queues, global queue, stealing) → run it, repeat
+//!     nothing: spin once more if the idle protocol allows (another pop, which steals)
+//!     still nothing: announce sleep (Idle::prepare_sleep), re-check the queues and timers,
+//!                    then park the thread until unparked or the next timer deadline
+//! ```
+//!
+//! The re-check after the announcement is what makes a wake-up impossible to lose: a push
+//! either happens before the re-check (which sees it) or after the announcement (whose
+//! `notify_*` sees the sleeper and unparks it). See `spindle_sched::Idle`.
+//!
+//! # Running a task
+//!
+//! The worker takes the task (`QUEUED` → `RUNNING`), pins it to itself on its first run
+//! (unless it is migratable: DESIGN.md invariant 2), resumes its coroutine on the worker's own
+//! stack, and when the coroutine switches back does what it asked (yield: queue it again; park:
+//! arm its timer and publish it as idle — *after* the switch, invariant 1). The coroutine never
+//! schedules itself.
+
+use std::cell::{Cell, RefCell};
+use std::ptr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::Waker;
+use std::time::Instant;
+
+use spindle_park::{Hook, Wake};
+use spindle_sched::{Popped, Reason};
+use spindle_timer::{TimerKey, TimerWheel};
+
+use crate::runtime::Shared;
+use crate::task::{CancelUnwind, Header, NO_HOME, Suspend, TaskRef};
+
+/// Operations a coroutine may complete without blocking before it must yield.
+pub(crate) const BUDGET: u32 = 128;
+
+/// Timers are checked at most every this many loop iterations while the worker is busy.
+const TIMER_CHECK_EVERY: u32 = 16;
+
+/// A timer armed by a park with a deadline.
+pub(crate) struct TimerEntry {
+    task: TaskRef,
+    seq: u64,
+}
+
+/// The state of one worker, on its own thread.
+pub(crate) struct WorkerCtx {
+    pub(crate) index: usize,
+    pub(crate) shared: Arc<Shared>,
+    /// The task being run (kept alive by the worker while its coroutine runs).
+    current: RefCell<Option<TaskRef>>,
+    /// Its header, for the hot checks (null when no coroutine runs).
+    current_header: Cell<*const Header>,
+    pub(crate) timers: RefCell<TimerWheel<TimerEntry>>,
+    /// What is left of the current slice's budget.
+    pub(crate) budget: Cell<u32>,
+    /// The slice epoch (bumped by the monitor every slice) at which the current task's slice
+    /// began.
+    pub(crate) slice_epoch: Cell<u32>,
+    loops: Cell<u32>,
+}
+
+thread_local! {
+    /// The worker running on this thread (null: none). Set by `run` for the worker's life.
+    static CURRENT: Cell<*const WorkerCtx> = const { Cell::new(ptr::null()) };
+}
+
+/// The worker of this thread, if any.
+///
+/// Not inlined, and never cached across a suspension by callers: a migratable coroutine may
+/// resume on another thread (DESIGN.md invariant 2).
+#[inline(never)]
+pub(crate) fn current() -> Option<&'static WorkerCtx> {
+    let ctx = CURRENT.try_with(Cell::get).ok()?;
+    // SAFETY: non-null only while `run` is on the stack of this thread, which owns the context;
+    // callers use the reference without keeping it across a coroutine switch.
+    (!ctx.is_null()).then(|| unsafe { &*ctx })
+}
+
+/// The index of this thread's worker if it belongs to `shared`'s runtime.
+pub(crate) fn current_index(shared: &Shared) -> Option<usize> {
+    current()
+        .filter(|c| ptr::eq(Arc::as_ptr(&c.shared), shared))
+        .map(|c| c.index)
+}
+
+/// The runtime of this thread's worker.
+pub(crate) fn current_shared() -> Option<Arc<Shared>> {
+    current().map(|c| c.shared.clone())
+}
+
+/// The header of the task running on this thread, if a coroutine of a runtime runs here.
+pub(crate) fn current_task_header() -> Option<&'static Header> {
+    let ctx = current()?;
+    let header = ctx.current_header.get();
+    // SAFETY: the worker keeps the running task alive (in `current`) while its coroutine runs,
+    // and the caller is that coroutine.
+    (!header.is_null()).then(|| unsafe { &*header })
+}
+
+/// The task running on this thread.
+pub(crate) fn current_task() -> Option<TaskRef> {
+    current()?.current.borrow().clone()
+}
+
+/// The body of a worker thread.
+pub(crate) fn run(shared: Arc<Shared>, index: usize) {
+    let ctx = WorkerCtx {
+        index,
+        shared,
+        current: RefCell::new(None),
+        current_header: Cell::new(ptr::null()),
+        timers: RefCell::new(TimerWheel::new(Instant::now())),
+        budget: Cell::new(BUDGET),
+        slice_epoch: Cell::new(0),
+        loops: Cell::new(0),
+    };
+    CURRENT.with(|c| c.set(&ctx));
+    struct Unset;
+    impl Drop for Unset {
+        fn drop(&mut self) {
+            let _ = CURRENT.try_with(|c| c.set(ptr::null()));
+        }
+    }
+    let _unset = Unset;
+    // Stacks and the alternate signal stack for overflow messages.
+    let _ = spindle_stack::prepare_thread();
+    spindle_park::with_hook(&ctx, || ctx.schedule_loop());
+    // Timers still armed hold tasks; drop them here, on the worker.
+    drop(ctx.timers.borrow_mut().clear());
+}
+
+impl WorkerCtx {
+    fn schedule_loop(&self) {
+        let shared = &*self.shared;
+        let counters = &shared.counters[self.index];
+        let mut spinning = false;
+        loop {
+            if shared.stop.load(Ordering::Acquire) {
+                break;
+            }
+            let loops = self.loops.get().wrapping_add(1);
+            self.loops.set(loops);
+            if loops.is_multiple_of(TIMER_CHECK_EVERY) {
+                self.fire_timers(Instant::now());
+            }
+            if let Some(popped) = shared.policy.pop(self.index) {
+                if spinning {
+                    spinning = false;
+                    if let Some(w) = shared.idle.end_spin(self.index, true) {
+                        shared.unpark(w);
+                    }
+                }
+                self.run_task(popped);
+                continue;
+            }
+            self.fire_timers(Instant::now());
+            if shared.policy.has_work(self.index) {
+                continue;
+            }
+            if !spinning && shared.idle.begin_spin(self.index) {
+                spinning = true;
+                continue;
+            }
+            if spinning {
+                spinning = false;
+                if let Some(w) = shared.idle.end_spin(self.index, false) {
+                    shared.unpark(w);
+                }
+            }
+            shared.idle.prepare_sleep(self.index);
+            if shared.policy.has_work(self.index) || shared.stop.load(Ordering::Acquire) {
+                shared.idle.cancel_sleep(self.index);
+                continue;
+            }
+            let deadline = self.timers.borrow().next_deadline();
+            counters.parks.fetch_add(1, Ordering::Relaxed);
+            match deadline {
+                None => std::thread::park(),
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if deadline > now {
+                        std::thread::park_timeout(deadline - now);
+                    }
+                }
+            }
+            shared.idle.woke(self.index);
+        }
+    }
+
+    /// Fires every due timer.
+    fn fire_timers(&self, now: Instant) {
+        let mut due = Vec::new();
+        {
+            let mut timers = self.timers.borrow_mut();
+            if timers.is_empty() || timers.next_deadline().is_none_or(|d| d > now) {
+                return;
+            }
+            timers.advance(now, |_, entry| due.push(entry));
+        }
+        for entry in due {
+            if entry.task.header().timer_fired(entry.seq) {
+                self.shared.schedule(entry.task, Reason::Woken);
+            }
+        }
+    }
+
+    fn run_task(&self, popped: Popped<TaskRef>) {
+        let task = popped.task;
+        let header = task.header();
+        if !header.start_running() {
+            return;
+        }
+        if !header.migratable && header.home.load(Ordering::Relaxed) == NO_HOME {
+            // First run: from now on it stays on this worker (invariant 2).
+            header.home.store(self.index, Ordering::Release);
+        }
+        if !popped.inherit_slice {
+            self.budget.set(BUDGET);
+            self.slice_epoch
+                .set(self.shared.counters[self.index].slice_epoch());
+        }
+        let counters = &self.shared.counters[self.index];
+        counters.begin_run(header.id);
+        *self.current.borrow_mut() = Some(task.clone());
+        self.current_header.set(header);
+        // SAFETY: we hold RUNNING (start_running succeeded), on this worker's own stack.
+        let outcome = unsafe { task.0.run() };
+        self.current_header.set(ptr::null());
+        *self.current.borrow_mut() = None;
+        counters.end_run();
+        match outcome {
+            None => {}
+            Some(Suspend::Yield) => {
+                header.yield_done();
+                self.shared.schedule(task, Reason::Yielded);
+            }
+            Some(Suspend::Park(deadline)) => {
+                if let Some(deadline) = deadline {
+                    let seq = header.park_seq.load(Ordering::Relaxed);
+                    let key = self.timers.borrow_mut().insert(
+                        deadline,
+                        TimerEntry {
+                            task: task.clone(),
+                            seq,
+                        },
+                    );
+                    header.timer.set(Some((self.index, key)));
+                }
+                // Invariant 1: published as idle only now that its context is saved.
+                if header.park_done() {
+                    self.shared.schedule(task, Reason::Woken);
+                }
+            }
+        }
+    }
+
+    /// Cancels a timer of this worker (a parked task was woken before its deadline).
+    fn cancel_timer(&self, key: TimerKey) {
+        drop(self.timers.borrow_mut().cancel(key));
+    }
+}
+
+impl Hook for WorkerCtx {
+    fn in_task(&self) -> bool {
+        !self.current_header.get().is_null()
+    }
+
+    fn park(&self, deadline: Option<Instant>) -> Wake {
+        park_current(self.current_header.get(), deadline)
+    }
+
+    fn waker(&self) -> Waker {
+        match &*self.current.borrow() {
+            Some(task) => task.0.clone().waker(),
+            None => Waker::noop().clone(),
+        }
+    }
+}
+
+/// Parks the running coroutine (see `spindle_park`'s contract): consumes the permit, or
+/// suspends until woken, timed out or cancelled.
+fn park_current(header: *const Header, deadline: Option<Instant>) -> Wake {
+    // SAFETY: called by the running coroutine, whose worker keeps the task alive.
+    let header = unsafe { &*header };
+    loop {
+        if header.should_unwind() {
+            std::panic::resume_unwind(Box::new(CancelUnwind));
+        }
+        if header.take_permit() {
+            crate::coop::consume_budget_here();
+            return Wake::Woken;
+        }
+        if let Some(deadline) = deadline
+            && Instant::now() >= deadline
+        {
+            return Wake::TimedOut;
+        }
+        header.park_seq.fetch_add(1, Ordering::AcqRel);
+        suspend_current(header, Suspend::Park(deadline));
+        // Resumed — possibly on another worker if the task is migratable: use no worker state
+        // from before the switch.
+        if let Some((worker, key)) = header.timer.take()
+            && let Some(ctx) = current()
+            && ctx.index == worker
+            && ptr::eq(Arc::as_ptr(&ctx.shared), Arc::as_ptr(&header.shared))
+        {
+            ctx.cancel_timer(key);
+        }
+    }
+}
+
+/// Switches from the running coroutine back to its worker with `why`.
+pub(crate) fn suspend_current(header: &Header, why: Suspend) {
+    let yielder = header.yielder.load(Ordering::Acquire);
+    debug_assert!(!yielder.is_null());
+    // SAFETY: the yielder lives on the running coroutine's stack (set at its start, cleared at
+    // its end), and we are that coroutine.
+    unsafe { (*yielder).suspend(why) };
+}

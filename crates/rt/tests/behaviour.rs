@@ -1,0 +1,465 @@
+//! The runtime's behaviour, run once per policy (the same suite for FIFO, round-robin and
+//! work-stealing).
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use spindle_rt::{JoinError, Policy, Runtime};
+
+/// Counts drops, to see that cancelled or shut-down coroutines ran their destructors.
+struct DropCounter(Arc<AtomicUsize>);
+impl Drop for DropCounter {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+macro_rules! policy_suite {
+    ($module:ident, $policy:expr) => {
+        mod $module {
+            use super::*;
+
+            fn rt(workers: usize) -> Runtime {
+                Runtime::builder().workers(workers).policy($policy).build().unwrap()
+            }
+
+            #[test]
+            fn block_on_returns_the_value_and_may_borrow() {
+                let rt = rt(2);
+                let words = vec!["a", "bc", "def"];
+                let total = rt.block_on(|| words.iter().map(|w| w.len()).sum::<usize>());
+                assert_eq!(total, 6);
+                assert_eq!(words.len(), 3);
+            }
+
+            #[test]
+            fn spawned_coroutines_run_and_join_from_coroutines_and_threads() {
+                let rt = rt(2);
+                let from_thread: Vec<_> = (0..100u64).map(|i| rt.spawn(move || i * 2)).collect();
+                let sum: u64 = from_thread.into_iter().map(|h| h.join().unwrap()).sum();
+                assert_eq!(sum, 9900);
+                let inside = rt.block_on(|| {
+                    let hs: Vec<_> = (0..1000u64).map(|i| spindle_rt::spawn(move || i)).collect();
+                    hs.into_iter().map(|h| h.join().unwrap()).sum::<u64>()
+                });
+                assert_eq!(inside, 499_500);
+            }
+
+            #[test]
+            fn a_panic_surfaces_at_join_and_the_worker_survives() {
+                let rt = rt(1);
+                let h = rt.spawn(|| -> u32 { panic!("expected test panic") });
+                match h.join() {
+                    Err(JoinError::Panicked(p)) => {
+                        assert_eq!(p.downcast_ref::<&str>(), Some(&"expected test panic"))
+                    }
+                    other => panic!("{other:?}"),
+                }
+                assert_eq!(rt.block_on(|| 5), 5, "the single worker still works");
+            }
+
+            #[test]
+            fn sleep_waits_at_least_its_duration_and_others_run_meanwhile() {
+                let rt = rt(1);
+                let ran = Arc::new(AtomicBool::new(false));
+                let ran2 = ran.clone();
+                let elapsed = rt.block_on(move || {
+                    let other = spindle_rt::spawn(move || ran2.store(true, Ordering::SeqCst));
+                    let start = Instant::now();
+                    spindle_rt::sleep(Duration::from_millis(30));
+                    other.join().unwrap();
+                    start.elapsed()
+                });
+                assert!(elapsed >= Duration::from_millis(30), "{elapsed:?}");
+                assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
+                assert!(ran.load(Ordering::SeqCst), "the other coroutine ran during the sleep");
+            }
+
+            #[test]
+            fn many_sleepers_wake_in_deadline_order() {
+                let rt = rt(1);
+                let order = Arc::new(Mutex::new(Vec::new()));
+                rt.block_on(|| {
+                    let hs: Vec<_> = [50u64, 10, 30, 20, 40]
+                        .into_iter()
+                        .map(|ms| {
+                            let order = order.clone();
+                            spindle_rt::spawn(move || {
+                                spindle_rt::sleep(Duration::from_millis(ms));
+                                order.lock().unwrap().push(ms);
+                            })
+                        })
+                        .collect();
+                    for h in hs {
+                        h.join().unwrap();
+                    }
+                });
+                assert_eq!(*order.lock().unwrap(), [10, 20, 30, 40, 50]);
+            }
+
+            #[test]
+            fn yield_now_lets_the_others_run() {
+                let rt = rt(1);
+                let log = Arc::new(Mutex::new(Vec::new()));
+                rt.block_on(|| {
+                    let hs: Vec<_> = (0..3)
+                        .map(|k| {
+                            let log = log.clone();
+                            spindle_rt::spawn(move || {
+                                for round in 0..3 {
+                                    log.lock().unwrap().push((round, k));
+                                    spindle_rt::yield_now();
+                                }
+                            })
+                        })
+                        .collect();
+                    for h in hs {
+                        h.join().unwrap();
+                    }
+                });
+                let log = log.lock().unwrap();
+                // Every coroutine finished round r before any finished round r + 1.
+                for w in log.windows(2) {
+                    assert!(w[0].0 <= w[1].0, "{log:?}");
+                }
+            }
+
+            #[test]
+            fn park_and_unpark_like_std_thread() {
+                let rt = rt(2);
+                let flag = Arc::new(AtomicBool::new(false));
+                let flag2 = flag.clone();
+                rt.block_on(move || {
+                    let me = spindle_rt::current();
+                    let t = std::thread::spawn(move || {
+                        std::thread::sleep(Duration::from_millis(10));
+                        flag2.store(true, Ordering::SeqCst);
+                        me.unpark();
+                    });
+                    while !flag.load(Ordering::SeqCst) {
+                        spindle_rt::park();
+                    }
+                    t.join().unwrap();
+                });
+            }
+
+            #[test]
+            fn cancel_unwinds_a_sleeping_coroutine_and_runs_its_destructors() {
+                let rt = rt(2);
+                let drops = Arc::new(AtomicUsize::new(0));
+                let d = drops.clone();
+                let h = rt.spawn(move || {
+                    let _guard = DropCounter(d);
+                    spindle_rt::sleep(Duration::from_secs(3600));
+                    unreachable!("the sleep was cancelled");
+                });
+                std::thread::sleep(Duration::from_millis(20));
+                h.cancel();
+                assert!(matches!(h.join(), Err(JoinError::Cancelled)));
+                assert_eq!(drops.load(Ordering::SeqCst), 1);
+            }
+
+            #[test]
+            fn cancel_before_the_first_run_never_runs_the_closure() {
+                let rt = rt(1);
+                let ran = Arc::new(AtomicBool::new(false));
+                rt.block_on(|| {
+                    let ran2 = ran.clone();
+                    let h = spindle_rt::spawn(move || ran2.store(true, Ordering::SeqCst));
+                    h.cancel();
+                    assert!(h.join().unwrap_err().is_cancelled());
+                });
+                assert!(!ran.load(Ordering::SeqCst));
+            }
+
+            #[test]
+            fn a_cancel_guard_defers_cancellation() {
+                let rt = rt(1);
+                let reached = Arc::new(AtomicBool::new(false));
+                let r = reached.clone();
+                let h = rt.spawn(move || {
+                    {
+                        let _g = spindle_rt::CancelGuard::new();
+                        spindle_rt::sleep(Duration::from_millis(40)); // not interrupted
+                        r.store(true, Ordering::SeqCst);
+                    }
+                    spindle_rt::sleep(Duration::from_secs(3600)); // cancelled here
+                });
+                std::thread::sleep(Duration::from_millis(10));
+                h.cancel();
+                assert!(h.join().unwrap_err().is_cancelled());
+                assert!(reached.load(Ordering::SeqCst), "the guarded section completed");
+            }
+
+            #[test]
+            fn a_coroutine_blocked_in_join_is_cancelled() {
+                let rt = rt(2);
+                let h = rt.spawn(|| {
+                    let forever = spindle_rt::spawn(|| spindle_rt::sleep(Duration::from_secs(3600)));
+                    let _ = forever.join();
+                });
+                std::thread::sleep(Duration::from_millis(20));
+                h.cancel();
+                assert!(h.join().unwrap_err().is_cancelled());
+            }
+
+            #[test]
+            fn scope_children_borrow_and_are_all_joined() {
+                let rt = rt(2);
+                let mut data = vec![1u64; 1000];
+                let sum = rt.block_on(|| {
+                    spindle_rt::scope(|s| {
+                        let (a, b) = data.split_at_mut(500);
+                        let h1 = s.spawn(move || {
+                            a.iter_mut().for_each(|x| *x += 1);
+                            a.iter().sum::<u64>()
+                        });
+                        let h2 = s.spawn(move || b.iter().sum::<u64>());
+                        // A detached child that is still joined by the scope.
+                        s.spawn(|| spindle_rt::sleep(Duration::from_millis(5)));
+                        h1.join().unwrap() + h2.join().unwrap()
+                    })
+                });
+                assert_eq!(sum, 1500);
+                assert_eq!(data[0], 2);
+            }
+
+            #[test]
+            fn a_child_panic_cancels_the_siblings_and_propagates() {
+                let rt = rt(2);
+                let drops = Arc::new(AtomicUsize::new(0));
+                let d = drops.clone();
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    rt.block_on(|| {
+                        spindle_rt::scope(|s| {
+                            s.spawn(move || {
+                                let _c = DropCounter(d);
+                                spindle_rt::sleep(Duration::from_secs(3600));
+                            });
+                            s.spawn(|| {
+                                spindle_rt::sleep(Duration::from_millis(10));
+                                panic!("child failed");
+                            });
+                        })
+                    })
+                }));
+                let payload = result.unwrap_err();
+                assert_eq!(payload.downcast_ref::<&str>(), Some(&"child failed"));
+                assert_eq!(drops.load(Ordering::SeqCst), 1, "the sleeping sibling was cancelled");
+            }
+
+            #[test]
+            fn coroutine_locals_are_per_coroutine_and_dropped_at_exit() {
+                struct Tracked(Arc<AtomicUsize>, Cell<u32>);
+                impl Drop for Tracked {
+                    fn drop(&mut self) {
+                        self.0.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                static DROPS: std::sync::OnceLock<Arc<AtomicUsize>> = std::sync::OnceLock::new();
+                spindle_rt::coroutine_local! {
+                    static VALUE: Tracked = Tracked(DROPS.get_or_init(Default::default).clone(), Cell::new(0));
+                }
+                let drops = DROPS.get_or_init(Default::default).clone();
+                let before = drops.load(Ordering::SeqCst);
+                let rt = rt(2);
+                let seen = rt.block_on(|| {
+                    let hs: Vec<_> = (1..=10u32)
+                        .map(|k| {
+                            spindle_rt::spawn(move || {
+                                VALUE.with(|v| v.1.set(k));
+                                spindle_rt::yield_now();
+                                VALUE.with(|v| v.1.get())
+                            })
+                        })
+                        .collect();
+                    hs.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
+                });
+                assert_eq!(seen, (1..=10).collect::<Vec<_>>());
+                assert_eq!(drops.load(Ordering::SeqCst) - before, 10, "one value per coroutine, dropped");
+            }
+
+            #[test]
+            fn blocking_work_runs_on_the_pool_while_the_worker_runs_others() {
+                let rt = rt(1);
+                let progressed = Arc::new(AtomicUsize::new(0));
+                let p = progressed.clone();
+                let (during, value) = rt.block_on(move || {
+                    let ticker = spindle_rt::spawn(move || {
+                        for _ in 0..10 {
+                            p.fetch_add(1, Ordering::SeqCst);
+                            spindle_rt::sleep(Duration::from_millis(2));
+                        }
+                    });
+                    let p2 = progressed.clone();
+                    let value = spindle_rt::blocking(move || {
+                        std::thread::sleep(Duration::from_millis(60));
+                        p2.load(Ordering::SeqCst)
+                    });
+                    ticker.join().unwrap();
+                    (value, 7)
+                });
+                assert!(during >= 5, "the worker kept running coroutines: {during}");
+                assert_eq!(value, 7);
+            }
+
+            #[test]
+            fn a_foreign_thread_waking_a_parked_coroutine_is_never_lost() {
+                // Boost.Fiber #327: all workers asleep, a plain thread wakes a coroutine.
+                let rt = rt(2);
+                for _ in 0..200 {
+                    let (tx, rx) = std::sync::mpsc::channel();
+                    let done = Arc::new(AtomicBool::new(false));
+                    let d = done.clone();
+                    let h = rt.spawn(move || {
+                        tx.send(spindle_rt::current()).unwrap();
+                        while !d.load(Ordering::SeqCst) {
+                            spindle_rt::park();
+                        }
+                    });
+                    let me = rx.recv().unwrap();
+                    std::thread::sleep(Duration::from_micros(200)); // let the workers fall asleep
+                    done.store(true, Ordering::SeqCst);
+                    me.unpark();
+                    h.join().unwrap();
+                }
+            }
+
+            #[test]
+            fn dropping_the_runtime_cancels_what_is_left_and_joins_its_threads() {
+                let name = format!("drop-{}", stringify!($module));
+                let drops = Arc::new(AtomicUsize::new(0));
+                {
+                    let rt = Runtime::builder().workers(2).policy($policy).thread_name(&name).build().unwrap();
+                    let start = Instant::now();
+                    while threads_named(&name) < 2 && start.elapsed() < Duration::from_secs(5) {
+                        std::thread::sleep(Duration::from_millis(1)); // the threads name themselves
+                    }
+                    assert_eq!(threads_named(&name), 2);
+                    for _ in 0..20 {
+                        let d = drops.clone();
+                        rt.spawn(move || {
+                            let _c = DropCounter(d);
+                            spindle_rt::sleep(Duration::from_secs(3600));
+                        });
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                    assert_eq!(rt.metrics().live_coroutines, 20);
+                }
+                assert_eq!(drops.load(Ordering::SeqCst), 20, "every coroutine unwound");
+                assert_eq!(threads_named(&name), 0, "every worker thread joined");
+            }
+
+            #[test]
+            fn metrics_count_resumes() {
+                let rt = rt(2);
+                rt.block_on(|| {
+                    for _ in 0..10 {
+                        spindle_rt::yield_now();
+                    }
+                });
+                let m = rt.metrics();
+                assert_eq!(m.workers.len(), 2);
+                let resumes: u64 = m.workers.iter().map(|w| w.resumes).sum();
+                assert!(resumes >= 11, "{m:?}");
+                assert_eq!(m.live_coroutines, 0);
+            }
+        }
+    };
+}
+
+policy_suite!(fifo, Policy::Fifo);
+policy_suite!(round_robin, Policy::RoundRobin);
+policy_suite!(work_stealing, Policy::WorkStealing);
+
+/// Threads of this process whose name starts with `prefix` (names are cut at 15 bytes).
+fn threads_named(prefix: &str) -> usize {
+    let prefix = &prefix[..prefix.len().min(15)];
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim_end().starts_with(prefix))
+        .count()
+}
+
+#[test]
+fn zero_workers_is_refused() {
+    let err = Runtime::builder().workers(0).build().unwrap_err();
+    assert!(err.to_string().contains("at least one worker"), "{err}");
+}
+
+#[test]
+fn block_on_inside_a_coroutine_panics_with_a_clear_message() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let rt2 = Arc::new(Runtime::builder().workers(1).build().unwrap());
+    let h = rt.spawn(move || rt2.block_on(|| 1));
+    let err = h.join().unwrap_err().into_panic();
+    let msg = err
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| err.downcast_ref::<String>().map(String::as_str))
+        .unwrap();
+    assert!(msg.contains("inside a coroutine"), "{msg}");
+}
+
+#[test]
+fn joining_ones_own_handle_panics() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let slot: Arc<Mutex<Option<spindle_rt::JoinHandle<()>>>> = Arc::default();
+    let message: Arc<Mutex<Option<String>>> = Arc::default();
+    let (s2, m2) = (slot.clone(), message.clone());
+    let h = rt.spawn(move || {
+        let me = loop {
+            if let Some(h) = s2.lock().unwrap().take() {
+                break h;
+            }
+            spindle_rt::sleep(Duration::from_millis(1));
+        };
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| me.join())).unwrap_err();
+        let text = err
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| err.downcast_ref::<String>().cloned());
+        *m2.lock().unwrap() = text;
+    });
+    *slot.lock().unwrap() = Some(h); // the coroutine gets its own handle
+    let start = Instant::now();
+    while message.lock().unwrap().is_none() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let text = message
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("the coroutine reported");
+    assert!(text.contains("own JoinHandle"), "{text}");
+}
+
+#[test]
+fn a_started_coroutine_stays_on_its_worker() {
+    let rt = Runtime::builder()
+        .workers(2)
+        .policy(Policy::WorkStealing)
+        .build()
+        .unwrap();
+    let hs: Vec<_> = (0..50)
+        .map(|_| {
+            rt.spawn(|| {
+                let first = std::thread::current().id();
+                for _ in 0..50 {
+                    spindle_rt::yield_now();
+                    assert_eq!(
+                        std::thread::current().id(),
+                        first,
+                        "moved after its first run"
+                    );
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+}

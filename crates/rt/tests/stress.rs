@@ -1,0 +1,191 @@
+//! Stress and fairness: the suspend-then-publish rule under cross-thread wake-ups, the
+//! ping-pong hog, the stuck-coroutine report.
+
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+use spindle_rt::{Policy, Runtime};
+
+/// Invariant 1 (suspend, then publish), tested hard: coroutines park and re-park in a loop
+/// while 4 OS threads and the other coroutines wake them at random. If a worker ever resumed a
+/// coroutine that was still running (published before its context was saved), the
+/// per-coroutine "inside" flag would catch two runs at once, or the process would crash.
+#[test]
+fn parking_coroutines_hammered_by_wakers_from_threads_and_coroutines() {
+    for policy in [Policy::WorkStealing, Policy::Fifo, Policy::RoundRobin] {
+        let rt = Runtime::builder()
+            .workers(2)
+            .policy(policy)
+            .build()
+            .unwrap();
+        const COROUTINES: usize = 32;
+        const ROUNDS: u64 = 2_000;
+        let wakers: Arc<Mutex<Vec<Option<Waker>>>> = Arc::new(Mutex::new(vec![None; COROUTINES]));
+        let progress: Arc<Vec<AtomicU64>> =
+            Arc::new((0..COROUTINES).map(|_| AtomicU64::new(0)).collect());
+        let stop = Arc::new(AtomicBool::new(false));
+        let handles: Vec<_> = (0..COROUTINES)
+            .map(|k| {
+                let (wakers, progress) = (wakers.clone(), progress.clone());
+                rt.spawn(move || {
+                    let inside = AtomicBool::new(false);
+                    for _ in 0..ROUNDS {
+                        assert!(
+                            !inside.swap(true, Ordering::SeqCst),
+                            "resumed while running"
+                        );
+                        wakers.lock().unwrap()[k] = Some(spindle_park::waker());
+                        inside.store(false, Ordering::SeqCst);
+                        // Wake a random other coroutine, then park (a timeout keeps it going if
+                        // nobody wakes us).
+                        let other = (k * 7 + 3) % COROUTINES;
+                        if let Some(w) = wakers.lock().unwrap()[other].clone() {
+                            w.wake();
+                        }
+                        spindle_park::park_timeout(Duration::from_millis(1));
+                        progress[k].fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let (wakers, stop) = (wakers.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut i = t;
+                    while !stop.load(Ordering::Relaxed) {
+                        i = (i * 31 + 17) % COROUTINES;
+                        if let Some(w) = wakers.lock().unwrap()[i].clone() {
+                            w.wake();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        for t in threads {
+            t.join().unwrap();
+        }
+        let total: u64 = progress.iter().map(|p| p.load(Ordering::Relaxed)).sum();
+        assert_eq!(total, COROUTINES as u64 * ROUNDS);
+    }
+}
+
+/// After Go's TestPingPongHog: a pair of coroutines that ping-pong and do a lot of work per hop
+/// (the hogs) and a pair that ping-pong and do almost nothing (the light ones) share one
+/// worker. Neither pair may monopolise it: both must progress at comparable rates (within 5x,
+/// as in Go's test).
+#[test]
+fn ping_pong_hogs_do_not_starve_light_coroutines() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts: Arc<[AtomicUsize; 2]> = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let mut handles = Vec::new();
+    for (pair, work) in [(0usize, 2_000u64), (1, 20)] {
+        // Two coroutines hand a token back and forth through a shared slot.
+        let token = Arc::new(Mutex::new((0usize, [None::<Waker>, None::<Waker>])));
+        for side in 0..2usize {
+            let (token, stop, counts) = (token.clone(), stop.clone(), counts.clone());
+            handles.push(rt.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let mine = {
+                        let mut t = token.lock().unwrap();
+                        if t.0 == side {
+                            true
+                        } else {
+                            t.1[side] = Some(spindle_park::waker());
+                            false
+                        }
+                    };
+                    if !mine {
+                        spindle_park::park_timeout(Duration::from_millis(50));
+                        continue;
+                    }
+                    // Our turn: work, pass the token, wake the other side (into run-next).
+                    let mut x = 0u64;
+                    for i in 0..work {
+                        x = x.wrapping_mul(31).wrapping_add(std::hint::black_box(i));
+                    }
+                    std::hint::black_box(x);
+                    counts[pair].fetch_add(1, Ordering::Relaxed);
+                    let other = {
+                        let mut t = token.lock().unwrap();
+                        t.0 = 1 - side;
+                        t.1[1 - side].take()
+                    };
+                    if let Some(w) = other {
+                        w.wake();
+                    }
+                    // Each hop counts against the budget, as an uncontended channel would.
+                    spindle_rt::consume_budget();
+                }
+            }));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join().unwrap();
+    }
+    // Both pairs must make comparable progress (within 5x, as in Go's test): the woken buddy
+    // inherits the waker's slice and budget, so a pair cannot keep the worker by handing the
+    // token back and forth; it yields when the slice's budget is spent, and the other pair runs.
+    let (hogs, light) = (
+        counts[0].load(Ordering::Relaxed),
+        counts[1].load(Ordering::Relaxed),
+    );
+    assert!(
+        hogs > 0 && light > 0,
+        "both pairs ran: hogs {hogs}, light {light}"
+    );
+    let ratio = (hogs as f64 / light as f64).max(light as f64 / hogs as f64);
+    assert!(
+        ratio < 5.0,
+        "unfair: hogs {hogs} hand-offs, light {light} (ratio {ratio:.1})"
+    );
+}
+
+fn is_child(name: &str) -> bool {
+    std::env::var("SPINDLE_CHILD").as_deref() == Ok(name)
+}
+
+/// A coroutine that keeps its worker for 100 ms is reported once, by name.
+#[test]
+fn a_stuck_coroutine_is_reported_once_by_name() {
+    const NAME: &str = "a_stuck_coroutine_is_reported_once_by_name";
+    if is_child(NAME) {
+        let rt = Runtime::builder().workers(2).build().unwrap();
+        let h = spindle_rt::Builder::new()
+            .name("cpu-hog")
+            .spawn_on(&rt.handle(), || {
+                let start = Instant::now();
+                while start.elapsed() < Duration::from_millis(100) {
+                    std::hint::spin_loop();
+                }
+            })
+            .unwrap();
+        h.join().unwrap();
+        // Another, short one is not reported.
+        rt.block_on(|| spindle_rt::sleep(Duration::from_millis(30)));
+        return;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+        .env("SPINDLE_CHILD", NAME)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let reports: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("without suspending"))
+        .collect();
+    assert_eq!(reports.len(), 1, "{stderr}");
+    assert!(reports[0].contains("'cpu-hog'"), "{stderr}");
+}
