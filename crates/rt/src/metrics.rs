@@ -40,7 +40,7 @@ impl WorkerCounters {
 }
 
 /// A snapshot of a runtime's counters, from [`Runtime::metrics`](crate::Runtime::metrics).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Metrics {
     /// The policy's name.
@@ -49,6 +49,8 @@ pub struct Metrics {
     pub live_coroutines: usize,
     /// Threads of the blocking pool alive now.
     pub blocking_threads: usize,
+    /// The runtime's stack pool: stacks mapped, unmapped, recycled, in use.
+    pub stacks: spindle_stack::PoolStats,
     /// One entry per worker.
     pub workers: Vec<WorkerMetrics>,
 }
@@ -88,6 +90,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Metrics {
         policy: shared.policy.name(),
         live_coroutines: shared.tasks.live(),
         blocking_threads: shared.blocking.threads(),
+        stacks: shared.stacks.stats(),
         workers,
     }
 }

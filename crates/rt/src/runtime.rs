@@ -45,6 +45,9 @@ pub enum StackKind {
         /// The reservation.
         max: usize,
     },
+    /// The worker's shared (copying) stack; per coroutine only, through the `unsafe`
+    /// [`crate::Builder::shared_stack`]. As a runtime default it is refused by `build`.
+    Shared,
 }
 
 impl Default for StackKind {
@@ -79,6 +82,8 @@ pub struct RuntimeBuilder {
     stuck_threshold: Option<Duration>,
     blocking_threads: usize,
     blocking_keep_alive: Duration,
+    shared_stack_size: usize,
+    stack_pool: Option<PoolConfig>,
 }
 
 impl fmt::Debug for RuntimeBuilder {
@@ -136,6 +141,8 @@ impl Default for RuntimeBuilder {
             stuck_threshold: Some(Duration::from_millis(10)),
             blocking_threads: 512,
             blocking_keep_alive: Duration::from_secs(10),
+            shared_stack_size: 256 * 1024,
+            stack_pool: None,
         }
     }
 }
@@ -198,6 +205,25 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Tunes the runtime's stack pool (how many stacks are kept for reuse, how they are
+    /// trimmed; see `spindle_stack::PoolConfig`). Its `stack_size` and `kind` are overridden by
+    /// [`stack`](RuntimeBuilder::stack). The default keeps up to 16,384 stacks per worker
+    /// thread and 16,384 in the shared pool, untrimmed when they move between threads: mapping
+    /// a stack costs microseconds, reusing one nanoseconds, and thousands of coroutines may be
+    /// alive at once. Each idle pooled stack keeps the pages its last coroutine touched (usually
+    /// one or two) until it is trimmed every 256th reuse or its thread exits.
+    pub fn stack_pool(mut self, config: PoolConfig) -> Self {
+        self.stack_pool = Some(config);
+        self
+    }
+
+    /// The size of each worker's shared stack region (for coroutines spawned with
+    /// [`crate::Builder::shared_stack`]); default 256 KiB. The deepest such coroutine must fit.
+    pub fn shared_stack_size(mut self, bytes: usize) -> Self {
+        self.shared_stack_size = bytes;
+        self
+    }
+
     /// How long an idle blocking-pool thread waits for work before it exits; default 10 s.
     pub fn blocking_keep_alive(mut self, keep_alive: Duration) -> Self {
         self.blocking_keep_alive = keep_alive;
@@ -221,16 +247,33 @@ impl RuntimeBuilder {
                 "the blocking pool needs at least one thread",
             ));
         }
+        // A runtime keeps many more stacks than the process-wide default pool: thousands of
+        // coroutines may be alive at once, and a stack that has to be mapped (and unmapped)
+        // costs microseconds, a pooled one nanoseconds.
+        let base = self.stack_pool.clone().unwrap_or(PoolConfig {
+            thread_cache: 16 * 1024,
+            max_pooled: 16 * 1024,
+            // Coroutines are often spawned on one worker and finish on another: their stacks
+            // flow through the shared pool, and must stay warm doing so.
+            trim_when_shared: false,
+            ..PoolConfig::default()
+        });
         let pool_config = match self.stack {
             StackKind::Pooled { size } => PoolConfig {
                 stack_size: size,
-                ..PoolConfig::default()
+                ..base
             },
             StackKind::Growable { initial, max } => PoolConfig {
                 stack_size: max,
                 kind: PoolKind::Growable { initial },
-                ..PoolConfig::default()
+                ..base
             },
+            StackKind::Shared => {
+                return Err(BuildError::Invalid(
+                    "shared stacks are per coroutine (the unsafe Builder::shared_stack), not a \
+                     runtime default",
+                ));
+            }
         };
         let stacks = StackPool::new(pool_config).map_err(BuildError::Stack)?;
         let policy = match self.policy {
@@ -254,6 +297,8 @@ impl RuntimeBuilder {
             stacks,
             blocking: BlockingPool::new(self.blocking_threads, self.blocking_keep_alive),
             stuck_threshold: self.stuck_threshold,
+            shared_stack_size: self.shared_stack_size,
+            next_deal: AtomicUsize::new(0),
         });
         let mut handles = Vec::with_capacity(workers);
         for index in 0..workers {
@@ -427,9 +472,18 @@ pub(crate) struct Shared {
     pub(crate) stacks: StackPool,
     pub(crate) blocking: BlockingPool,
     pub(crate) stuck_threshold: Option<Duration>,
+    /// Bytes of each worker's shared (copying) stack region.
+    pub(crate) shared_stack_size: usize,
+    /// Deals shared-stack coroutines spawned from outside the workers.
+    pub(crate) next_deal: AtomicUsize,
 }
 
 impl Shared {
+    /// A worker, dealt in turn.
+    pub(crate) fn deal(&self) -> usize {
+        self.next_deal.fetch_add(1, Ordering::Relaxed) % self.workers()
+    }
+
     pub(crate) fn workers(&self) -> usize {
         self.threads.len()
     }

@@ -6,13 +6,13 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
 
-use spindle_coro::Coroutine;
+use spindle_coro::SendCoroutine;
 use spindle_sched::Reason;
-use spindle_stack::{GrowableStack, PooledStack, StackError, StackPool};
+use spindle_stack::{GrowableStack, PooledStack, SharedStack, StackError, StackPool};
 
 use crate::join::JoinHandle;
 use crate::runtime::{Handle, Runtime, Shared, StackKind};
-use crate::task::{Header, NO_HOME, TaskRef, coroutine_body, new_task};
+use crate::task::{Body, Header, NO_HOME, TaskRef, coroutine_body, new_task};
 use crate::worker;
 
 /// Spawns a coroutine on the current runtime and returns a handle to join or cancel it.
@@ -92,9 +92,31 @@ impl Builder {
         self
     }
 
-    /// Another kind of stack for this coroutine.
+    /// Another kind of stack for this coroutine. ([`StackKind::Shared`] is refused here: it
+    /// takes the `unsafe` [`shared_stack`](Builder::shared_stack).)
     pub fn stack(mut self, kind: StackKind) -> Self {
-        self.stack = Some(kind);
+        if kind != StackKind::Shared {
+            self.stack = Some(kind);
+        }
+        self
+    }
+
+    /// Runs the coroutine on its worker's shared (copying) stack: its used bytes are copied
+    /// out when another coroutine takes the region and back when it resumes, so a suspended
+    /// coroutine costs only what it uses (a few hundred bytes) — the way to have a million of
+    /// them. It is pinned to one worker from its spawn (the spawning worker, or one dealt in
+    /// turn from other threads) and never migrates.
+    ///
+    /// # Safety
+    ///
+    /// The contract of `spindle_coro::Coroutine::with_shared_stack`: while the coroutine is
+    /// suspended its stack bytes are elsewhere, so **nothing may use a pointer into its stack
+    /// while it is suspended**. In particular it must not suspend while a scoped child
+    /// ([`crate::scope`]), a [`crate::blocking`] closure or a scoped thread borrows data on its
+    /// stack, nor lend a buffer on its stack to anything that runs meanwhile. Spindle's own
+    /// waiting (join, sleep, park, the sync primitives) keeps its records in heap state.
+    pub unsafe fn shared_stack(mut self) -> Self {
+        self.stack = Some(StackKind::Shared);
         self
     }
 
@@ -205,6 +227,7 @@ fn stack_for(shared: &Shared, kind: Option<StackKind>) -> Result<TaskStack, Stac
         Some(StackKind::Growable { initial, max }) => {
             GrowableStack::new(initial, max).map(TaskStack::Growable)
         }
+        Some(StackKind::Shared) => unreachable!("shared stacks are per worker"),
     }
 }
 
@@ -242,12 +265,20 @@ where
             "the runtime is shutting down: no new coroutines",
         ));
     }
-    let stack = stack_for(shared, builder.stack).map_err(io::Error::from)?;
+    let stack = match builder.stack {
+        Some(StackKind::Shared) => None,
+        kind => Some(stack_for(shared, kind).map_err(io::Error::from)?),
+    };
+    // A shared-stack coroutine is made on, and stays on, one worker's region: pick it now.
+    let home = match builder.stack {
+        Some(StackKind::Shared) => worker::current_index(shared).unwrap_or_else(|| shared.deal()),
+        _ => NO_HOME,
+    };
     let header = Header {
         state: AtomicU32::new(crate::task::State::QUEUED),
         id: NEXT_TASK_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         name: builder.name.clone(),
-        home: AtomicUsize::new(NO_HOME),
+        home: AtomicUsize::new(home),
         migratable: builder.migratable,
         yielder: AtomicPtr::new(std::ptr::null_mut()),
         park_seq: AtomicU64::new(0),
@@ -262,9 +293,26 @@ where
         if let Some(name) = &name {
             b = b.name(name.to_string());
         }
-        let co: Coroutine<_, _, _, TaskStack> =
-            b.build_with_stack(stack, coroutine_body(header, f));
-        co
+        match stack {
+            None => {
+                let header = crate::task::SendPtr(header);
+                Body::SharedPending(Box::new(move |region: &SharedStack| {
+                    let header = header;
+                    // SAFETY: the spawner accepted `Builder::shared_stack`'s contract, which is
+                    // `Coroutine::with_shared_stack`'s; the runtime itself lends nothing on a
+                    // coroutine's stack (waiters and wakers live in heap task state).
+                    unsafe { b.build_shared(region, coroutine_body(header.0, f)) }
+                }))
+            }
+            Some(stack) => {
+                let co = b.build_with_stack(stack, coroutine_body(header, f));
+                // SAFETY: the coroutine has not started; its closure and result are Send
+                // (`F: Send`, `T: Send`), so it may start on any worker; from its first run on
+                // it stays on that worker (its home) unless the spawner made it migratable with
+                // the unsafe builder option, whose contract covers exactly this.
+                Body::Own(unsafe { SendCoroutine::new(co) })
+            }
+        }
     });
     let task_ref = TaskRef(task.clone());
     shared.tasks.insert(task_ref.clone());

@@ -39,6 +39,7 @@ use std::task::{Wake, Waker};
 use std::time::Instant;
 
 use spindle_coro::{Coroutine, CoroutineResult, SendCoroutine, Yielder};
+use spindle_stack::{SharedSlot, SharedStack};
 
 use crate::runtime::Shared;
 use crate::spawn::TaskStack;
@@ -263,15 +264,37 @@ pub(crate) struct JoinSlot<T> {
     pub(crate) waiter: Option<Waker>,
 }
 
+/// A task's coroutine on a guarded stack of its own.
+pub(crate) type OwnCoroutine<T> = SendCoroutine<(), Suspend, Result<T, Failure>, TaskStack>;
+
+/// A task's coroutine on its worker's shared (copying) stack.
+pub(crate) type SharedCoroutine<T> = Coroutine<(), Suspend, Result<T, Failure>, SharedSlot>;
+
+/// Makes a shared-stack task's coroutine on its home worker's region, at its first run.
+pub(crate) type MakeShared<T> = Box<dyn FnOnce(&SharedStack) -> SharedCoroutine<T> + Send>;
+
 /// The coroutine of a task, and what becomes of it.
 pub(crate) enum Body<T> {
-    /// Not started: the coroutine exists, its closure on its stack.
-    Ready(SendCoroutine<(), Suspend, Result<T, Failure>, TaskStack>),
-    /// Running or suspended. (Same coroutine; the variant only records that it started.)
-    Started(SendCoroutine<(), Suspend, Result<T, Failure>, TaskStack>),
+    /// On a stack of its own (made at spawn, may start on any worker).
+    Own(OwnCoroutine<T>),
+    /// On a shared stack, not made yet: the home worker makes it on its region.
+    SharedPending(MakeShared<T>),
+    /// On a shared stack, made.
+    Shared(ThreadBound<SharedCoroutine<T>>),
     /// Finished or dropped.
     Gone,
 }
+
+/// A value that stays on one thread although the type system cannot see it.
+pub(crate) struct ThreadBound<C>(pub(crate) C);
+
+// SAFETY: used only for shared-stack coroutines. Such a task is pinned to its home worker at
+// spawn (it never gets another home, and policies run a homed task only on its home), its
+// coroutine is made on that worker at its first run and resumed and dropped only there: it
+// finishes there, and while it is alive the runtime's registry holds the task, so the last
+// reference to an unfinished task is never dropped elsewhere (at a shutdown timeout the task
+// is leaked instead).
+unsafe impl<C> Send for ThreadBound<C> {}
 
 /// A task with result type `T`.
 pub(crate) struct TaskCell<T> {
@@ -297,23 +320,42 @@ impl<T: Send + 'static> RawTask for TaskCell<T> {
     unsafe fn run(&self) -> Option<Suspend> {
         // SAFETY: the caller holds RUNNING, so nobody else touches the body.
         let body = unsafe { &mut *self.body.get() };
-        let coroutine = match std::mem::replace(body, Body::Gone) {
-            Body::Ready(co) | Body::Started(co) => co,
+        let result = match std::mem::replace(body, Body::Gone) {
+            Body::Own(co) => {
+                let mut co = co.into_inner();
+                let result = co.resume(());
+                if matches!(result, CoroutineResult::Yield(_)) {
+                    // SAFETY: the coroutine is suspended; it stays on this worker from now on
+                    // (it has a home) unless the spawner made it migratable, whose contract
+                    // covers moving it.
+                    *body = Body::Own(unsafe { SendCoroutine::new(co) });
+                }
+                result
+            }
+            Body::SharedPending(make) => {
+                let Some(region) = crate::worker::current().map(|w| w.shared_region()) else {
+                    unreachable!("tasks run on worker threads")
+                };
+                let mut co = make(&region);
+                let result = co.resume(());
+                if matches!(result, CoroutineResult::Yield(_)) {
+                    *body = Body::Shared(ThreadBound(co));
+                }
+                result
+            }
+            Body::Shared(ThreadBound(mut co)) => {
+                let result = co.resume(());
+                if matches!(result, CoroutineResult::Yield(_)) {
+                    *body = Body::Shared(ThreadBound(co));
+                }
+                result
+            }
             Body::Gone => return None,
         };
-        let mut coroutine = coroutine.into_inner();
-        let result = coroutine.resume(());
         match result {
-            CoroutineResult::Yield(why) => {
-                // SAFETY: the coroutine is suspended and stays on this worker unless the task
-                // has no home (not started — impossible here — or migratable, whose contract
-                // the spawner accepted).
-                *body = Body::Started(unsafe { SendCoroutine::new(coroutine) });
-                Some(why)
-            }
+            CoroutineResult::Yield(why) => Some(why),
             CoroutineResult::Return(outcome) => {
-                // The coroutine is finished; dropping it returns its stack.
-                drop(coroutine);
+                // The coroutine was dropped above (its stack returned); publish the result.
                 self.finish(outcome);
                 None
             }
@@ -415,10 +457,10 @@ pub(crate) struct SendPtr<T>(pub(crate) *const T);
 // the task is alive (see `coroutine_body`).
 unsafe impl<T> Send for SendPtr<T> {}
 
-/// Makes a typed task around a coroutine built by `make`, which receives the task's header.
+/// Makes a typed task; `make` builds its body, given the task's header.
 pub(crate) fn new_task<T: Send + 'static>(
     header: Header,
-    make: impl FnOnce(*const Header) -> Coroutine<(), Suspend, Result<T, Failure>, TaskStack>,
+    make: impl FnOnce(*const Header) -> Body<T>,
 ) -> Arc<TaskCell<T>> {
     let cell = Arc::new(TaskCell {
         header,
@@ -431,13 +473,8 @@ pub(crate) fn new_task<T: Send + 'static>(
             }),
         },
     });
-    let coroutine = make(&cell.header);
-    // SAFETY: the coroutine has not started; its closure and result type are Send (the spawn
-    // functions require `F: Send`, `T: Send`), so it may run on any worker for its first run;
-    // afterwards it is pinned to the worker that ran it (its `home`) unless the spawner made it
-    // migratable with the unsafe builder option, whose contract covers exactly this.
-    let coroutine = unsafe { SendCoroutine::new(coroutine) };
+    let body = make(&cell.header);
     // SAFETY: no worker can see the task yet; we are its only user.
-    unsafe { *cell.body.get() = Body::Ready(coroutine) };
+    unsafe { *cell.body.get() = body };
     cell
 }

@@ -40,6 +40,9 @@ use crate::task::{CancelUnwind, Header, NO_HOME, Suspend, TaskRef};
 /// Operations a coroutine may complete without blocking before it must yield.
 pub(crate) const BUDGET: u32 = 128;
 
+/// How long an idle worker keeps looking for work before it sleeps.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(20);
+
 /// Timers are checked at most every this many loop iterations while the worker is busy.
 const TIMER_CHECK_EVERY: u32 = 16;
 
@@ -64,6 +67,8 @@ pub(crate) struct WorkerCtx {
     /// began.
     pub(crate) slice_epoch: Cell<u32>,
     loops: Cell<u32>,
+    /// This worker's shared (copying) stack region, made on first use.
+    region: RefCell<Option<spindle_stack::SharedStack>>,
 }
 
 thread_local! {
@@ -120,6 +125,7 @@ pub(crate) fn run(shared: Arc<Shared>, index: usize) {
         budget: Cell::new(BUDGET),
         slice_epoch: Cell::new(0),
         loops: Cell::new(0),
+        region: RefCell::new(None),
     };
     CURRENT.with(|c| c.set(&ctx));
     struct Unset;
@@ -141,6 +147,7 @@ impl WorkerCtx {
         let shared = &*self.shared;
         let counters = &shared.counters[self.index];
         let mut spinning = false;
+        let mut spin_until = Instant::now();
         loop {
             if shared.stop.load(Ordering::Acquire) {
                 break;
@@ -160,12 +167,24 @@ impl WorkerCtx {
                 self.run_task(popped);
                 continue;
             }
-            self.fire_timers(Instant::now());
+            let now = Instant::now();
+            self.fire_timers(now);
             if shared.policy.has_work(self.index) {
                 continue;
             }
             if !spinning && shared.idle.begin_spin(self.index) {
+                // Spin a little before sleeping: waking a sleeping thread costs tens of
+                // microseconds (far more on virtual machines), and work often comes right back
+                // (a coroutine on another worker answers). While this worker spins, pushes do
+                // not wake a sleeper for it (the idle protocol counts spinners).
                 spinning = true;
+                spin_until = now + SPIN;
+                continue;
+            }
+            if spinning && now < spin_until {
+                for _ in 0..64 {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
             if spinning {
@@ -259,6 +278,23 @@ impl WorkerCtx {
                 }
             }
         }
+    }
+
+    /// This worker's shared stack region (a handle; made on first use).
+    ///
+    /// # Panics
+    ///
+    /// If the region cannot be mapped (a shared-stack coroutine then cannot run; its spawn
+    /// already succeeded). Rare: one mapping per worker, made once.
+    pub(crate) fn shared_region(&self) -> spindle_stack::SharedStack {
+        let mut region = self.region.borrow_mut();
+        if region.is_none() {
+            match spindle_stack::SharedStack::new(self.shared.shared_stack_size) {
+                Ok(r) => *region = Some(r),
+                Err(e) => panic!("cannot map worker {}'s shared stack: {e}", self.index),
+            }
+        }
+        region.clone().expect("just made")
     }
 
     /// Cancels a timer of this worker (a parked task was woken before its deadline).

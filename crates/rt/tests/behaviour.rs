@@ -463,3 +463,44 @@ fn a_started_coroutine_stays_on_its_worker() {
         h.join().unwrap();
     }
 }
+
+#[test]
+fn many_coroutines_on_shared_stacks_wait_and_finish() {
+    // 100k coroutines suspended at once on the workers' shared stacks: more than
+    // vm.max_map_count allows guarded stacks.
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let n = if std::env::var_os("SPINDLE_UNDER_VALGRIND").is_some() {
+        2_000
+    } else {
+        100_000
+    };
+    let gate = Arc::new(AtomicBool::new(false));
+    let total = rt.block_on(|| {
+        let hs: Vec<_> = (0..n as u64)
+            .map(|i| {
+                let gate = gate.clone();
+                // SAFETY: the coroutine lends nothing on its stack.
+                unsafe { spindle_rt::Builder::new().shared_stack() }
+                    .spawn(move || {
+                        let mine = [i; 4];
+                        while !gate.load(Ordering::Acquire) {
+                            spindle_rt::sleep(Duration::from_millis(5));
+                        }
+                        mine.iter().sum::<u64>() / 4
+                    })
+                    .unwrap()
+            })
+            .collect();
+        spindle_rt::sleep(Duration::from_millis(50));
+        assert!(
+            spindle_rt::Handle::try_current()
+                .unwrap()
+                .metrics()
+                .live_coroutines
+                > n / 2
+        );
+        gate.store(true, Ordering::Release);
+        hs.into_iter().map(|h| h.join().unwrap()).sum::<u64>()
+    });
+    assert_eq!(total, (0..n as u64).sum::<u64>());
+}

@@ -85,6 +85,12 @@ pub struct PoolConfig {
     /// coroutine (a `madvise` of a 256 KiB stack costs about 0.5 µs). Default: 256, which
     /// keeps the amortized cost of trimming around 2 ns per recycle.
     pub trim_every: u32,
+    /// Whether a stack is also trimmed when a full thread cache passes it on to the shared pool
+    /// (otherwise only every `trim_every`-th recycle, and when a thread's cache is flushed).
+    /// Trimming costs a system call and, later, page faults when the stack is used again:
+    /// a runtime whose coroutines are spawned on one thread and finish on another moves
+    /// stacks through the shared pool all the time, and turns this off. Default: true.
+    pub trim_when_shared: bool,
 }
 
 impl Default for PoolConfig {
@@ -99,6 +105,7 @@ impl Default for PoolConfig {
             max_pooled: 1024,
             keep_resident: round(16 * 1024),
             trim_every: 256,
+            trim_when_shared: true,
         }
     }
 }
@@ -158,6 +165,7 @@ impl PoolConfig {
             max_pooled: self.max_pooled,
             keep_resident,
             trim_every: self.trim_every,
+            trim_when_shared: self.trim_when_shared,
         })
     }
 }
@@ -513,7 +521,8 @@ impl PoolInner {
                 Ok(()) => return,
                 Err((entry, pool)) => {
                     bump(&pool.counters.returned_to_shared);
-                    pool.put_shared(entry, trimmed);
+                    let skip_trim = trimmed || !pool.config.trim_when_shared;
+                    pool.put_shared(entry, skip_trim);
                     return;
                 }
             }

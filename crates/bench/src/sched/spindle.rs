@@ -1,154 +1,223 @@
 //! Spindle's impls of the `sched` suite's scheduler benches: one function per bench and
 //! scheduling policy (`spindle-fifo`, `spindle-rr`, `spindle-ws`), each taking the worker count.
 //!
-//! NOT YET WIRED: `spindle-rt` is being written; until it is, every function here returns the
-//! error [`NOT_WIRED`], which the harness reports as an `error:` row. To wire one, build the
-//! runtime with `workers` worker threads and the function's policy (outside the timed part),
-//! then return `super::per_op(ctx, Workload::<X>.ops(), || { ... })` where each run performs the
-//! whole workload and returns the time measured inside the root task, exactly as the tokio and
-//! may impls in `super::peers` do (same sizes: the constants in `super`; same checks of the
-//! result).
+//! Each builds a `spindle_rt::Runtime` with `workers` worker threads and the function's policy
+//! (outside the timed part), then runs the workload's root coroutine through `block_on` and lets
+//! it time itself from before its first spawn until it has seen every operation complete — as
+//! the tokio and may impls in `super::peers` do, with the same sizes and the same checks.
+//!
+//! `ping_pong` needs a oneshot channel; until `spindle-sync` exists it uses [`Oneshot`] below, a
+//! minimal one on `spindle_park` (a mutex, the value, the receiver's waker).
 //!
 //! (The timer wheel's `spindle` rows are in `super::timer`.)
 
+use std::hint::black_box;
+use std::sync::{Arc, Mutex};
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+use spindle_rt::{Policy, Runtime};
+
+use super::{
+    CHAIN_DEPTH, PING_PONGS, SKYNET_LEAVES, SKYNET_SUM, SPAWN_MANY, Workload, YIELD_TASKS,
+    YIELDS_PER_TASK, per_op,
+};
 use crate::harness::Ctx;
 
-/// The error every stub returns until `spindle-rt` is wired in.
-pub const NOT_WIRED: &str = "not yet wired (spindle-rt)";
+type RunResult = Result<Duration, String>;
 
-/// The body of every stub.
-fn not_wired(_ctx: &Ctx, _workers: usize) -> Result<f64, String> {
-    Err(NOT_WIRED.to_string())
+fn runtime(policy: Policy, workers: usize) -> Result<Runtime, String> {
+    Runtime::builder()
+        .workers(workers)
+        .policy(policy)
+        // The bench's CPU loops are the point; do not report them.
+        .stuck_threshold(None)
+        .build()
+        .map_err(|e| e.to_string())
 }
 
-/// `spawn_many_w<workers>`: spawn 10,000 trivial tasks from a root task and join them all
-/// (see `super::spawn_many`); ns per spawned task.
-///
-/// Spindle with the FIFO run queue (`spindle-fifo`) scheduler. NOT YET WIRED.
-pub fn spawn_many_fifo(ctx: &Ctx, workers: usize) -> Result<f64, String> {
-    // TODO(spindle-rt): wire.
-    not_wired(ctx, workers)
+fn measure(ctx: &Ctx, policy: Policy, workers: usize, workload: Workload) -> Result<f64, String> {
+    let rt = runtime(policy, workers)?;
+    per_op(ctx, workload.ops(), || {
+        rt.block_on(|| match workload {
+            Workload::SpawnMany => spawn_many(),
+            Workload::YieldMany => yield_many(),
+            Workload::PingPong => ping_pong(),
+            Workload::ChainedSpawn => chained_spawn(),
+            Workload::Skynet => skynet_root(),
+        })
+    })
 }
 
-/// `spawn_many_w<workers>`: spawn 10,000 trivial tasks from a root task and join them all
-/// (see `super::spawn_many`); ns per spawned task.
-///
-/// Spindle with the round-robin (`spindle-rr`) scheduler. NOT YET WIRED.
-pub fn spawn_many_rr(ctx: &Ctx, workers: usize) -> Result<f64, String> {
-    // TODO(spindle-rt): wire.
-    not_wired(ctx, workers)
+fn check_sum(what: &str, got: u64, want: u64) -> Result<(), String> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(format!("{what}: sum {got}, expected {want}"))
+    }
 }
 
-/// `spawn_many_w<workers>`: spawn 10,000 trivial tasks from a root task and join them all
-/// (see `super::spawn_many`); ns per spawned task.
-///
-/// Spindle with the work-stealing (`spindle-ws`) scheduler. NOT YET WIRED.
-pub fn spawn_many_ws(ctx: &Ctx, workers: usize) -> Result<f64, String> {
-    // TODO(spindle-rt): wire.
-    not_wired(ctx, workers)
+fn join<T: Send + 'static>(h: spindle_rt::JoinHandle<T>) -> Result<T, String> {
+    h.join().map_err(|e| format!("coroutine failed: {e}"))
 }
 
-/// `yield_many_w<workers>`: 200 tasks each yielding 1,000 times (see `super::yield_many`);
-/// ns per yield.
-///
-/// Spindle with the FIFO run queue (`spindle-fifo`) scheduler. NOT YET WIRED.
-pub fn yield_many_fifo(ctx: &Ctx, workers: usize) -> Result<f64, String> {
-    // TODO(spindle-rt): wire.
-    not_wired(ctx, workers)
+fn spawn_many() -> RunResult {
+    let start = Instant::now();
+    let handles: Vec<_> = (0..SPAWN_MANY)
+        .map(|i| spindle_rt::spawn(move || black_box(i) * 2))
+        .collect();
+    let mut sum = 0;
+    for h in handles {
+        sum += join(h)?;
+    }
+    let t = start.elapsed();
+    check_sum("spawn_many", sum, SPAWN_MANY * (SPAWN_MANY - 1))?;
+    Ok(t)
 }
 
-/// `yield_many_w<workers>`: 200 tasks each yielding 1,000 times (see `super::yield_many`);
-/// ns per yield.
-///
-/// Spindle with the round-robin (`spindle-rr`) scheduler. NOT YET WIRED.
-pub fn yield_many_rr(ctx: &Ctx, workers: usize) -> Result<f64, String> {
-    // TODO(spindle-rt): wire.
-    not_wired(ctx, workers)
+fn yield_many() -> RunResult {
+    let start = Instant::now();
+    let handles: Vec<_> = (0..YIELD_TASKS)
+        .map(|_| {
+            spindle_rt::spawn(|| {
+                for _ in 0..YIELDS_PER_TASK {
+                    spindle_rt::yield_now();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        join(h)?;
+    }
+    Ok(start.elapsed())
 }
 
-/// `yield_many_w<workers>`: 200 tasks each yielding 1,000 times (see `super::yield_many`);
-/// ns per yield.
-///
-/// Spindle with the work-stealing (`spindle-ws`) scheduler. NOT YET WIRED.
-pub fn yield_many_ws(ctx: &Ctx, workers: usize) -> Result<f64, String> {
-    // TODO(spindle-rt): wire.
-    not_wired(ctx, workers)
+/// A one-value channel on `spindle_park`, standing in for `spindle-sync`'s.
+struct Oneshot<T> {
+    slot: Mutex<(Option<T>, Option<Waker>)>,
 }
 
-/// `ping_pong_w<workers>`: 1,000 task pairs exchanging a ping and a pong
-/// (see `super::ping_pong`); ns per message (2,000 per run).
-///
-/// Spindle with the FIFO run queue (`spindle-fifo`) scheduler. NOT YET WIRED.
-pub fn ping_pong_fifo(ctx: &Ctx, workers: usize) -> Result<f64, String> {
-    // TODO(spindle-rt): wire.
-    not_wired(ctx, workers)
+impl<T> Oneshot<T> {
+    fn new() -> Arc<Self> {
+        Arc::new(Oneshot {
+            slot: Mutex::new((None, None)),
+        })
+    }
+
+    fn send(&self, value: T) {
+        let waker = {
+            let mut s = self.slot.lock().unwrap();
+            s.0 = Some(value);
+            s.1.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    fn recv(&self) -> T {
+        loop {
+            {
+                let mut s = self.slot.lock().unwrap();
+                if let Some(v) = s.0.take() {
+                    return v;
+                }
+                s.1 = Some(spindle_park::waker());
+            }
+            spindle_park::park();
+        }
+    }
 }
 
-/// `ping_pong_w<workers>`: 1,000 task pairs exchanging a ping and a pong
-/// (see `super::ping_pong`); ns per message (2,000 per run).
-///
-/// Spindle with the round-robin (`spindle-rr`) scheduler. NOT YET WIRED.
-pub fn ping_pong_rr(ctx: &Ctx, workers: usize) -> Result<f64, String> {
-    // TODO(spindle-rt): wire.
-    not_wired(ctx, workers)
+fn ping_pong() -> RunResult {
+    let start = Instant::now();
+    let handles: Vec<_> = (0..PING_PONGS)
+        .map(|_| {
+            spindle_rt::spawn(|| {
+                let ping = Oneshot::new();
+                let pong = Oneshot::new();
+                let (ping2, pong2) = (ping.clone(), pong.clone());
+                spindle_rt::spawn(move || {
+                    ping2.recv();
+                    pong2.send(());
+                });
+                ping.send(());
+                pong.recv();
+            })
+        })
+        .collect();
+    for h in handles {
+        join(h)?;
+    }
+    Ok(start.elapsed())
 }
 
-/// `ping_pong_w<workers>`: 1,000 task pairs exchanging a ping and a pong
-/// (see `super::ping_pong`); ns per message (2,000 per run).
-///
-/// Spindle with the work-stealing (`spindle-ws`) scheduler. NOT YET WIRED.
-pub fn ping_pong_ws(ctx: &Ctx, workers: usize) -> Result<f64, String> {
-    // TODO(spindle-rt): wire.
-    not_wired(ctx, workers)
+fn chained_spawn() -> RunResult {
+    fn link(done: Arc<Oneshot<()>>, n: u64) {
+        if n == 0 {
+            done.send(());
+        } else {
+            spindle_rt::spawn(move || link(done, n - 1));
+        }
+    }
+    let start = Instant::now();
+    let done = Oneshot::new();
+    link(done.clone(), CHAIN_DEPTH);
+    done.recv();
+    Ok(start.elapsed())
 }
 
-/// `chained_spawn_w<workers>`: a chain of 1,000 tasks, each spawning the next
-/// (see `super::chained_spawn`); ns per spawn.
-///
-/// Spindle with the FIFO run queue (`spindle-fifo`) scheduler. NOT YET WIRED.
-pub fn chained_spawn_fifo(ctx: &Ctx, workers: usize) -> Result<f64, String> {
-    // TODO(spindle-rt): wire.
-    not_wired(ctx, workers)
+/// A skynet node: `size` leaves below it, the first numbered `num`. Nodes run on shared
+/// (copying) stacks: up to hundreds of thousands are alive at once, more than the kernel's
+/// `vm.max_map_count` allows guarded stacks.
+fn skynet(num: u64, size: u64) -> u64 {
+    if size == 1 {
+        return num;
+    }
+    let step = size / 10;
+    let children: Vec<_> = (0..10u64)
+        .map(|i| {
+            // SAFETY: a skynet node lends nothing on its stack: it only spawns, joins and adds.
+            unsafe { spindle_rt::Builder::new().shared_stack() }
+                .spawn(move || skynet(num + i * step, step))
+                .expect("spawn a skynet node")
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|c| c.join().expect("skynet node"))
+        .sum()
 }
 
-/// `chained_spawn_w<workers>`: a chain of 1,000 tasks, each spawning the next
-/// (see `super::chained_spawn`); ns per spawn.
-///
-/// Spindle with the round-robin (`spindle-rr`) scheduler. NOT YET WIRED.
-pub fn chained_spawn_rr(ctx: &Ctx, workers: usize) -> Result<f64, String> {
-    // TODO(spindle-rt): wire.
-    not_wired(ctx, workers)
+fn skynet_root() -> RunResult {
+    let start = Instant::now();
+    let sum = skynet(0, SKYNET_LEAVES);
+    let t = start.elapsed();
+    check_sum("skynet", sum, SKYNET_SUM)?;
+    Ok(t)
 }
 
-/// `chained_spawn_w<workers>`: a chain of 1,000 tasks, each spawning the next
-/// (see `super::chained_spawn`); ns per spawn.
-///
-/// Spindle with the work-stealing (`spindle-ws`) scheduler. NOT YET WIRED.
-pub fn chained_spawn_ws(ctx: &Ctx, workers: usize) -> Result<f64, String> {
-    // TODO(spindle-rt): wire.
-    not_wired(ctx, workers)
+macro_rules! per_policy {
+    ($($bench:ident: $workload:expr => $fifo:ident, $rr:ident, $ws:ident;)*) => {$(
+        #[doc = concat!("`", stringify!($bench), "` with the FIFO policy (`spindle-fifo`).")]
+        pub fn $fifo(ctx: &Ctx, workers: usize) -> Result<f64, String> {
+            measure(ctx, Policy::Fifo, workers, $workload)
+        }
+        #[doc = concat!("`", stringify!($bench), "` with the round-robin policy (`spindle-rr`).")]
+        pub fn $rr(ctx: &Ctx, workers: usize) -> Result<f64, String> {
+            measure(ctx, Policy::RoundRobin, workers, $workload)
+        }
+        #[doc = concat!("`", stringify!($bench), "` with the work-stealing policy (`spindle-ws`).")]
+        pub fn $ws(ctx: &Ctx, workers: usize) -> Result<f64, String> {
+            measure(ctx, Policy::WorkStealing, workers, $workload)
+        }
+    )*};
 }
 
-/// `skynet_w<workers>`: the 1,111,111-task skynet tree (see `super::skynet`); ns per task.
-///
-/// Spindle with the FIFO run queue (`spindle-fifo`) scheduler. NOT YET WIRED.
-pub fn skynet_fifo(ctx: &Ctx, workers: usize) -> Result<f64, String> {
-    // TODO(spindle-rt): wire.
-    not_wired(ctx, workers)
-}
-
-/// `skynet_w<workers>`: the 1,111,111-task skynet tree (see `super::skynet`); ns per task.
-///
-/// Spindle with the round-robin (`spindle-rr`) scheduler. NOT YET WIRED.
-pub fn skynet_rr(ctx: &Ctx, workers: usize) -> Result<f64, String> {
-    // TODO(spindle-rt): wire.
-    not_wired(ctx, workers)
-}
-
-/// `skynet_w<workers>`: the 1,111,111-task skynet tree (see `super::skynet`); ns per task.
-///
-/// Spindle with the work-stealing (`spindle-ws`) scheduler. NOT YET WIRED.
-pub fn skynet_ws(ctx: &Ctx, workers: usize) -> Result<f64, String> {
-    // TODO(spindle-rt): wire.
-    not_wired(ctx, workers)
+per_policy! {
+    spawn_many: Workload::SpawnMany => spawn_many_fifo, spawn_many_rr, spawn_many_ws;
+    yield_many: Workload::YieldMany => yield_many_fifo, yield_many_rr, yield_many_ws;
+    ping_pong: Workload::PingPong => ping_pong_fifo, ping_pong_rr, ping_pong_ws;
+    chained_spawn: Workload::ChainedSpawn => chained_spawn_fifo, chained_spawn_rr, chained_spawn_ws;
+    skynet: Workload::Skynet => skynet_fifo, skynet_rr, skynet_ws;
 }
