@@ -331,6 +331,7 @@ macro_rules! policy_suite {
             fn dropping_the_runtime_cancels_what_is_left_and_joins_its_threads() {
                 let name = format!("drop-{}", stringify!($module));
                 let drops = Arc::new(AtomicUsize::new(0));
+                let mut handle = None;
                 {
                     let rt = Runtime::builder().workers(2).policy($policy).thread_name(&name).build().unwrap();
                     let start = Instant::now();
@@ -347,8 +348,12 @@ macro_rules! policy_suite {
                     }
                     std::thread::sleep(Duration::from_millis(20));
                     assert_eq!(rt.metrics().live_coroutines, 20);
+                    assert_eq!(rt.metrics().stacks.outstanding(), 20);
+                    handle = Some(rt.handle());
                 }
                 assert_eq!(drops.load(Ordering::SeqCst), 20, "every coroutine unwound");
+                let m = handle.unwrap().metrics();
+                assert_eq!(m.stacks.outstanding(), 0, "every stack went back to the pool: {m:?}");
                 assert_eq!(threads_named(&name), 0, "every worker thread joined");
             }
 
@@ -503,4 +508,46 @@ fn many_coroutines_on_shared_stacks_wait_and_finish() {
         hs.into_iter().map(|h| h.join().unwrap()).sum::<u64>()
     });
     assert_eq!(total, (0..n as u64).sum::<u64>());
+}
+
+#[test]
+fn a_migratable_coroutine_runs_correctly_wherever_it_resumes() {
+    let rt = Runtime::builder()
+        .workers(2)
+        .policy(Policy::WorkStealing)
+        .build()
+        .unwrap();
+    let hs: Vec<_> = (0..20u64)
+        .map(|k| {
+            // SAFETY: the closure holds nothing thread-bound across its yields (plain integers).
+            unsafe { spindle_rt::Builder::new().migratable() }
+                .spawn_on(&rt.handle(), move || {
+                    let mut acc = k;
+                    for i in 0..200u64 {
+                        acc = acc.wrapping_mul(31).wrapping_add(i);
+                        spindle_rt::yield_now();
+                    }
+                    acc
+                })
+                .unwrap()
+        })
+        .collect();
+    for (k, h) in hs.into_iter().enumerate() {
+        let mut acc = k as u64;
+        for i in 0..200u64 {
+            acc = acc.wrapping_mul(31).wrapping_add(i);
+        }
+        assert_eq!(h.join().unwrap(), acc);
+    }
+}
+
+#[test]
+fn spawning_after_shutdown_is_an_error() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let handle = rt.handle();
+    drop(rt);
+    let err = spindle_rt::Builder::new()
+        .spawn_on(&handle, || 1)
+        .unwrap_err();
+    assert!(err.to_string().contains("shutting down"), "{err}");
 }
