@@ -331,8 +331,7 @@ macro_rules! policy_suite {
             fn dropping_the_runtime_cancels_what_is_left_and_joins_its_threads() {
                 let name = format!("drop-{}", stringify!($module));
                 let drops = Arc::new(AtomicUsize::new(0));
-                let mut handle = None;
-                {
+                let handle = {
                     let rt = Runtime::builder().workers(2).policy($policy).thread_name(&name).build().unwrap();
                     let start = Instant::now();
                     while threads_named(&name) < 2 && start.elapsed() < Duration::from_secs(5) {
@@ -349,10 +348,10 @@ macro_rules! policy_suite {
                     std::thread::sleep(Duration::from_millis(20));
                     assert_eq!(rt.metrics().live_coroutines, 20);
                     assert_eq!(rt.metrics().stacks.outstanding(), 20);
-                    handle = Some(rt.handle());
-                }
+                    rt.handle()
+                }; // the runtime is dropped here
                 assert_eq!(drops.load(Ordering::SeqCst), 20, "every coroutine unwound");
-                let m = handle.unwrap().metrics();
+                let m = handle.metrics();
                 assert_eq!(m.stacks.outstanding(), 0, "every stack went back to the pool: {m:?}");
                 assert_eq!(threads_named(&name), 0, "every worker thread joined");
             }
