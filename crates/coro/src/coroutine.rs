@@ -841,6 +841,11 @@ impl<Input, Yield, Return, S: Stack> SendCoroutine<Input, Yield, Return, S> {
     pub fn into_inner(self) -> Coroutine<Input, Yield, Return, S> {
         self.0
     }
+
+    /// The coroutine, in place (to resume it without moving it out and back).
+    pub fn get_mut(&mut self) -> &mut Coroutine<Input, Yield, Return, S> {
+        &mut self.0
+    }
 }
 
 impl<Input, Yield, Return, S: Stack> fmt::Debug for SendCoroutine<Input, Yield, Return, S> {

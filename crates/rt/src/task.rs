@@ -320,42 +320,33 @@ impl<T: Send + 'static> RawTask for TaskCell<T> {
     unsafe fn run(&self) -> Option<Suspend> {
         // SAFETY: the caller holds RUNNING, so nobody else touches the body.
         let body = unsafe { &mut *self.body.get() };
-        let result = match std::mem::replace(body, Body::Gone) {
-            Body::Own(co) => {
-                let mut co = co.into_inner();
-                let result = co.resume(());
-                if matches!(result, CoroutineResult::Yield(_)) {
-                    // SAFETY: the coroutine is suspended; it stays on this worker from now on
-                    // (it has a home) unless the spawner made it migratable, whose contract
-                    // covers moving it.
-                    *body = Body::Own(unsafe { SendCoroutine::new(co) });
-                }
-                result
-            }
-            Body::SharedPending(make) => {
+        // Resumed in place: the coroutine struct is not moved out of the task and back on every
+        // switch.
+        let result = match body {
+            Body::Own(co) => co.get_mut().resume(()),
+            Body::Shared(ThreadBound(co)) => co.resume(()),
+            Body::SharedPending(_) => {
+                let Body::SharedPending(make) = std::mem::replace(body, Body::Gone) else {
+                    unreachable!()
+                };
                 let Some(region) = crate::worker::current().map(|w| w.shared_region()) else {
                     unreachable!("tasks run on worker threads")
                 };
-                let mut co = make(&region);
-                let result = co.resume(());
-                if matches!(result, CoroutineResult::Yield(_)) {
-                    *body = Body::Shared(ThreadBound(co));
-                }
-                result
-            }
-            Body::Shared(ThreadBound(mut co)) => {
-                let result = co.resume(());
-                if matches!(result, CoroutineResult::Yield(_)) {
-                    *body = Body::Shared(ThreadBound(co));
-                }
-                result
+                *body = Body::Shared(ThreadBound(make(&region)));
+                let Body::Shared(ThreadBound(co)) = body else {
+                    unreachable!()
+                };
+                co.resume(())
             }
             Body::Gone => return None,
         };
+        if matches!(result, CoroutineResult::Return(_)) {
+            // Finished: drop the coroutine now, which returns its stack.
+            *body = Body::Gone;
+        }
         match result {
             CoroutineResult::Yield(why) => Some(why),
             CoroutineResult::Return(outcome) => {
-                // The coroutine was dropped above (its stack returned); publish the result.
                 self.finish(outcome);
                 None
             }

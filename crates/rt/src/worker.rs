@@ -56,8 +56,10 @@ pub(crate) struct TimerEntry {
 pub(crate) struct WorkerCtx {
     pub(crate) index: usize,
     pub(crate) shared: Arc<Shared>,
-    /// The task being run (kept alive by the worker while its coroutine runs).
-    current: RefCell<Option<TaskRef>>,
+    /// The task being run: points to `run_task`'s own handle, which keeps the task alive while
+    /// its coroutine runs (null otherwise). A pointer, not a clone: no reference-count traffic
+    /// on every resume.
+    current: Cell<*const TaskRef>,
     /// Its header, for the hot checks (null when no coroutine runs).
     current_header: Cell<*const Header>,
     pub(crate) timers: RefCell<TimerWheel<TimerEntry>>,
@@ -111,7 +113,10 @@ pub(crate) fn current_task_header() -> Option<&'static Header> {
 
 /// The task running on this thread.
 pub(crate) fn current_task() -> Option<TaskRef> {
-    current()?.current.borrow().clone()
+    let task = current()?.current.get();
+    // SAFETY: non-null only while `run_task` runs the task, with the handle alive on its stack;
+    // the caller is the running coroutine.
+    (!task.is_null()).then(|| unsafe { (*task).clone() })
 }
 
 /// The body of a worker thread.
@@ -119,7 +124,7 @@ pub(crate) fn run(shared: Arc<Shared>, index: usize) {
     let ctx = WorkerCtx {
         index,
         shared,
-        current: RefCell::new(None),
+        current: Cell::new(ptr::null()),
         current_header: Cell::new(ptr::null()),
         timers: RefCell::new(TimerWheel::new(Instant::now())),
         budget: Cell::new(BUDGET),
@@ -158,11 +163,12 @@ impl WorkerCtx {
                 self.fire_timers(Instant::now());
             }
             if let Some(popped) = shared.policy.pop(self.index) {
-                if spinning {
-                    spinning = false;
-                    if let Some(w) = shared.idle.end_spin(self.index, true) {
-                        shared.unpark(w);
-                    }
+                // Always (not only when this loop decided to spin): a worker woken by
+                // `notify_any` starts out spinning in the idle protocol's books, and until it
+                // says it found work, pushes do not wake other sleepers.
+                spinning = false;
+                if let Some(w) = shared.idle.end_spin(self.index, true) {
+                    shared.unpark(w);
                 }
                 self.run_task(popped);
                 continue;
@@ -247,12 +253,12 @@ impl WorkerCtx {
         }
         let counters = &self.shared.counters[self.index];
         counters.begin_run(header.id);
-        *self.current.borrow_mut() = Some(task.clone());
+        self.current.set(&task);
         self.current_header.set(header);
         // SAFETY: we hold RUNNING (start_running succeeded), on this worker's own stack.
         let outcome = unsafe { task.0.run() };
         self.current_header.set(ptr::null());
-        *self.current.borrow_mut() = None;
+        self.current.set(ptr::null());
         counters.end_run();
         match outcome {
             None => {}
@@ -313,8 +319,8 @@ impl Hook for WorkerCtx {
     }
 
     fn waker(&self) -> Waker {
-        match &*self.current.borrow() {
-            Some(task) => task.0.clone().waker(),
+        match current_task() {
+            Some(task) => task.0.waker(),
             None => Waker::noop().clone(),
         }
     }

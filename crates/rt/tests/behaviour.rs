@@ -550,3 +550,45 @@ fn spawning_after_shutdown_is_an_error() {
         .unwrap_err();
     assert!(err.to_string().contains("shutting down"), "{err}");
 }
+
+#[test]
+fn both_workers_pick_up_work_round_after_round() {
+    // Two coroutines that each spin (without suspending) until the other is running too: they
+    // only finish if two workers run them at the same time. Repeated, because a worker left
+    // marked as spinning by the idle protocol would stop others from being woken in later
+    // rounds.
+    for policy in [Policy::WorkStealing, Policy::Fifo, Policy::RoundRobin] {
+        let rt = Runtime::builder()
+            .workers(2)
+            .policy(policy)
+            .stuck_threshold(None)
+            .build()
+            .unwrap();
+        for round in 0..20 {
+            let met = rt.block_on(|| {
+                let flags = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+                let hs: Vec<_> = (0..2)
+                    .map(|k| {
+                        let flags = flags.clone();
+                        spindle_rt::spawn(move || {
+                            flags[k].store(true, Ordering::SeqCst);
+                            let start = Instant::now();
+                            while !flags[1 - k].load(Ordering::SeqCst) {
+                                if start.elapsed() > Duration::from_secs(5) {
+                                    return false;
+                                }
+                                std::hint::spin_loop();
+                            }
+                            true
+                        })
+                    })
+                    .collect();
+                hs.into_iter().all(|h| h.join().unwrap())
+            });
+            assert!(
+                met,
+                "{policy:?}, round {round}: the two coroutines never ran at the same time"
+            );
+        }
+    }
+}
