@@ -490,7 +490,13 @@ impl Shared {
 
     /// Makes `task` runnable: pushes it to the policy and wakes a worker if needed.
     pub(crate) fn schedule(&self, task: TaskRef, reason: Reason) {
-        let here = worker::current_index(self);
+        self.schedule_from(worker::current_index(self), task, reason);
+    }
+
+    /// [`schedule`](Shared::schedule) by a caller that knows which of this runtime's workers
+    /// it runs on (`None`: not a worker of this runtime).
+    #[inline]
+    pub(crate) fn schedule_from(&self, here: Option<usize>, task: TaskRef, reason: Reason) {
         match self.policy.push(here, task, reason) {
             Notify::None => {}
             Notify::Any => {

@@ -231,7 +231,7 @@ impl WorkerCtx {
         }
         for entry in due {
             if entry.task.header().timer_fired(entry.seq) {
-                self.shared.schedule(entry.task, Reason::Woken);
+                self.shared.schedule_from(Some(self.index), entry.task, Reason::Woken);
             }
         }
     }
@@ -264,7 +264,7 @@ impl WorkerCtx {
             None => {}
             Some(Suspend::Yield) => {
                 header.yield_done();
-                self.shared.schedule(task, Reason::Yielded);
+                self.shared.schedule_from(Some(self.index), task, Reason::Yielded);
             }
             Some(Suspend::Park(deadline)) => {
                 if let Some(deadline) = deadline {
@@ -280,7 +280,7 @@ impl WorkerCtx {
                 }
                 // Invariant 1: published as idle only now that its context is saved.
                 if header.park_done() {
-                    self.shared.schedule(task, Reason::Woken);
+                    self.shared.schedule_from(Some(self.index), task, Reason::Woken);
                 }
             }
         }
