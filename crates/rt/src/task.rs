@@ -93,6 +93,8 @@ pub(crate) struct Header {
     pub(crate) park_seq: AtomicU64,
     /// Depth of `CancelGuard`s held by the running coroutine: cancellation waits while > 0.
     pub(crate) no_cancel: Cell<u32>,
+    /// The coroutine runs on a copying (shared) stack.
+    pub(crate) copying: bool,
     /// The timer armed by the current park: (worker, key). Written by the worker after the
     /// coroutine parked, read by the coroutine when it resumes (never at the same time).
     pub(crate) timer: Cell<Option<(usize, spindle_timer::TimerKey)>>,
@@ -174,7 +176,10 @@ impl Header {
         let (_, new) = self
             .update(|s| {
                 let idle = s & !State::RUNNING;
-                Some(if s & (State::NOTIFIED | State::CANCELLED) != 0 {
+                // A cancel the coroutine defers (a `CancelGuard`) already woke it once (it
+                // sets NOTIFIED too); re-queueing for it on every park would spin.
+                let cancel_now = s & State::CANCELLED != 0 && self.no_cancel.get() == 0;
+                Some(if s & State::NOTIFIED != 0 || cancel_now {
                     idle | State::QUEUED
                 } else {
                     idle

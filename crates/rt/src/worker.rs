@@ -324,6 +324,37 @@ impl Hook for WorkerCtx {
             None => Waker::noop().clone(),
         }
     }
+
+    fn defer_cancel(&self, defer: bool) {
+        // SAFETY: only called when `in_task` is true: the running coroutine's header, kept
+        // alive by this worker while it runs.
+        let header = unsafe { &*self.current_header.get() };
+        let depth = header.no_cancel.get();
+        header.no_cancel.set(if defer {
+            depth + 1
+        } else {
+            depth.saturating_sub(1)
+        });
+    }
+
+    fn cancel_requested(&self) -> bool {
+        // SAFETY: as in `defer_cancel`.
+        let header = unsafe { &*self.current_header.get() };
+        header.load() & crate::task::State::CANCELLED != 0
+    }
+
+    fn checkpoint(&self) {
+        // SAFETY: as in `defer_cancel`.
+        let header = unsafe { &*self.current_header.get() };
+        if header.should_unwind() {
+            std::panic::resume_unwind(Box::new(CancelUnwind));
+        }
+    }
+
+    fn on_copying_stack(&self) -> bool {
+        // SAFETY: as in `defer_cancel`.
+        unsafe { (*self.current_header.get()).copying }
+    }
 }
 
 /// Parks the running coroutine (see `spindle_park`'s contract): consumes the permit, or
