@@ -131,6 +131,18 @@ pub trait Hook {
     fn on_copying_stack(&self) -> bool {
         false
     }
+
+    /// An operation completed without suspending (data was already there): counts against the
+    /// task's time slice, and may yield to let other tasks run when it is used up. Only called
+    /// when [`in_task`](Hook::in_task) is true. The default does nothing.
+    fn consume_budget(&self) {}
+
+    /// Starts (`true`) or ends (`false`) one level of keeping the current task on its thread
+    /// (see [`PinGuard`]). A runtime that never moves a task once it ran keeps the default,
+    /// which does nothing.
+    fn pin(&self, pin: bool) {
+        let _ = pin;
+    }
 }
 
 thread_local! {
@@ -315,6 +327,66 @@ impl std::fmt::Debug for CancelGuard {
         f.debug_struct("CancelGuard")
             .field("active", &self.active)
             .finish()
+    }
+}
+
+/// Keeps the current task on its thread while the returned guard lives, even if its runtime
+/// could otherwise move it to another thread at a suspension point.
+///
+/// For code that keeps thread-bound state across a `park`: an io_uring operation is in flight
+/// on *this* worker's ring and its cancellation must be submitted there. Guards nest. Outside a
+/// task, or in a runtime that never migrates running tasks, it costs nothing.
+///
+/// ```
+/// let _pin = spindle_park::pin_to_thread();
+/// // ... park, and still be on the same thread afterwards ...
+/// ```
+pub fn pin_to_thread() -> PinGuard {
+    let active = match task_hook() {
+        Some(hook) => {
+            hook.pin(true);
+            true
+        }
+        None => false,
+    };
+    PinGuard {
+        active,
+        _not_send: std::marker::PhantomData,
+    }
+}
+
+/// Keeps the current task on its thread; made by [`pin_to_thread`] (see there).
+#[must_use = "the task is kept on its thread only while the guard lives"]
+pub struct PinGuard {
+    active: bool,
+    _not_send: std::marker::PhantomData<*mut ()>,
+}
+
+impl Drop for PinGuard {
+    fn drop(&mut self) {
+        // The task is still on the thread that pinned it (that is the point of the guard).
+        if self.active
+            && let Some(hook) = task_hook()
+        {
+            hook.pin(false);
+        }
+    }
+}
+
+impl std::fmt::Debug for PinGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinGuard")
+            .field("active", &self.active)
+            .finish()
+    }
+}
+
+/// Tells the runtime that an operation completed without suspending (data was already there),
+/// so that a task whose reads always succeed cannot keep its worker for ever: when its slice's
+/// budget is used up, this yields. Does nothing outside a task.
+pub fn consume_budget() {
+    if let Some(hook) = task_hook() {
+        hook.consume_budget();
     }
 }
 

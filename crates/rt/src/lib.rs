@@ -65,6 +65,7 @@
 mod blocking;
 mod coop;
 mod current;
+mod io;
 mod join;
 mod local;
 mod metrics;
@@ -78,6 +79,7 @@ mod worker;
 
 pub use blocking::blocking;
 pub use coop::{consume_budget, yield_now};
+pub use io::{DriverFactory, IoBackend};
 pub use current::{Current, current, park, park_timeout, try_current};
 pub use join::{CancelGuard, JoinError, JoinHandle};
 pub use local::LocalKey;

@@ -95,6 +95,9 @@ pub(crate) struct Header {
     pub(crate) no_cancel: Cell<u32>,
     /// The coroutine runs on a copying (shared) stack.
     pub(crate) copying: bool,
+    /// Depth of `spindle_park::PinGuard`s held by a migratable coroutine: while > 0 its home
+    /// is the worker it runs on (touched only by the running coroutine).
+    pub(crate) pins: Cell<u32>,
     /// The timer armed by the current park: (worker, key). Written by the worker after the
     /// coroutine parked, read by the coroutine when it resumes (never at the same time).
     pub(crate) timer: Cell<Option<(usize, spindle_timer::TimerKey)>>,
@@ -104,7 +107,7 @@ pub(crate) struct Header {
     pub(crate) locals: UnsafeCell<crate::local::Locals>,
 }
 
-// SAFETY: `no_cancel`, `timer` and `locals` are only touched by the coroutine of this task while it runs,
+// SAFETY: `no_cancel`, `pins`, `timer` and `locals` are only touched by the coroutine of this task while it runs,
 // and a task runs on one thread at a time (the RUNNING flag, taken with a CAS, excludes other
 // workers; the hand-off between workers goes through the policy's queues, which synchronize).
 // Everything else is atomic or immutable.

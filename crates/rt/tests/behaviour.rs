@@ -364,7 +364,16 @@ macro_rules! policy_suite {
                         spindle_rt::yield_now();
                     }
                 });
-                let m = rt.metrics();
+                // The last resume is counted by the worker just after the coroutine finished,
+                // which may be after `block_on` returned: wait for it (briefly).
+                let give_up = std::time::Instant::now() + std::time::Duration::from_secs(5);
+                let mut m = rt.metrics();
+                while m.workers.iter().map(|w| w.resumes).sum::<u64>() < 11
+                    && std::time::Instant::now() < give_up
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    m = rt.metrics();
+                }
                 assert_eq!(m.workers.len(), 2);
                 let resumes: u64 = m.workers.iter().map(|w| w.resumes).sum();
                 assert!(resumes >= 11, "{m:?}");
