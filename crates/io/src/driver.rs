@@ -296,6 +296,11 @@ pub enum Op<'a> {
 }
 
 /// An operation for a [`Proactor`] (IOCP): defined by the Windows backend's needs.
+///
+/// The sockets must be made with `WSA_FLAG_OVERLAPPED` (std's are); their blocking mode does
+/// not matter: overlapped operations are queued whether or not `FIONBIO` is set (only
+/// non-overlapped calls fail with `WSAEWOULDBLOCK`). Each operation's result is the byte count
+/// (0 for `Accept` and `Connect`).
 #[cfg(windows)]
 #[derive(Debug)]
 #[non_exhaustive]
@@ -343,6 +348,8 @@ pub enum Op<'a> {
         addr: &'a mut [u8],
         /// Receives the address length.
         len: &'a mut i32,
+        /// `MSG_PEEK`...
+        flags: u32,
     },
     /// `WSASendTo`.
     SendTo {
@@ -451,6 +458,8 @@ pub fn current<R>(f: impl FnOnce(&dyn Driver) -> R) -> Option<R> {
 
 impl fmt::Debug for dyn Driver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Driver").field("name", &self.name()).finish()
+        f.debug_struct("Driver")
+            .field("name", &self.name())
+            .finish()
     }
 }

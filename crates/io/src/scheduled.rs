@@ -49,6 +49,7 @@ impl Interest {
 
     /// The union of two interests.
     #[must_use]
+    #[allow(clippy::should_implement_trait)] // a set union, not arithmetic
     pub fn add(self, other: Interest) -> Interest {
         Interest(self.0 | other.0)
     }
@@ -98,6 +99,7 @@ impl Readiness {
 
     /// The union.
     #[must_use]
+    #[allow(clippy::should_implement_trait)] // a set union, not arithmetic
     pub fn add(self, other: Readiness) -> Readiness {
         Readiness(self.0 | other.0)
     }
