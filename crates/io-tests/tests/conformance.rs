@@ -14,8 +14,8 @@ use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use spindle_io::net::{TcpListener, TcpStream, UdpSocket, UnixDatagram, UnixListener, UnixStream};
@@ -509,7 +509,9 @@ fn unix_datagrams() {
     let mut buf = [0u8; 16];
     let (n, _) = bound.recv_from(&mut buf).unwrap();
     assert_eq!(&buf[..n], b"to path");
-    bound.set_read_timeout(Some(Duration::from_millis(30))).unwrap();
+    bound
+        .set_read_timeout(Some(Duration::from_millis(30)))
+        .unwrap();
     assert_eq!(
         bound.recv(&mut buf).unwrap_err().kind(),
         ErrorKind::TimedOut
@@ -542,11 +544,9 @@ fn files() {
     // pread does not move the position.
     f.read_exact(&mut buf).unwrap();
     assert_eq!(&buf[..], &data[1100..1200]);
-    let w = spindle_io::fs::File::open_with(
-        &path,
-        std::fs::OpenOptions::new().read(true).write(true),
-    )
-    .unwrap();
+    let w =
+        spindle_io::fs::File::open_with(&path, std::fs::OpenOptions::new().read(true).write(true))
+            .unwrap();
     assert_eq!(w.write_at(b"XYZ", 10).unwrap(), 3);
     w.set_len(20).unwrap();
     let all = spindle_io::fs::read(&path).unwrap();

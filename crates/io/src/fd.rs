@@ -103,7 +103,10 @@ impl<T: AsFd> Io<T> {
     /// # Errors
     ///
     /// `f`'s error, or `TimedOut`.
-    pub fn read_with_mut<R>(&mut self, mut f: impl FnMut(&mut T) -> io::Result<R>) -> io::Result<R> {
+    pub fn read_with_mut<R>(
+        &mut self,
+        mut f: impl FnMut(&mut T) -> io::Result<R>,
+    ) -> io::Result<R> {
         let deadline = self.ev.deadline(Direction::Read);
         let Io { ev, inner } = self;
         ev.readiness_op(Direction::Read, deadline, || f(inner))
@@ -114,7 +117,10 @@ impl<T: AsFd> Io<T> {
     /// # Errors
     ///
     /// `f`'s error, or `TimedOut`.
-    pub fn write_with_mut<R>(&mut self, mut f: impl FnMut(&mut T) -> io::Result<R>) -> io::Result<R> {
+    pub fn write_with_mut<R>(
+        &mut self,
+        mut f: impl FnMut(&mut T) -> io::Result<R>,
+    ) -> io::Result<R> {
         let deadline = self.ev.deadline(Direction::Write);
         let Io { ev, inner } = self;
         ev.readiness_op(Direction::Write, deadline, || f(inner))

@@ -44,7 +44,9 @@ impl File {
     /// As [`std::fs::File::open`].
     pub fn open<P: AsRef<Path>>(path: P) -> io::Result<File> {
         let path = path.as_ref();
-        Ok(File::from_std(crate::offload(|| std::fs::File::open(path))??))
+        Ok(File::from_std(crate::offload(|| {
+            std::fs::File::open(path)
+        })??))
     }
 
     /// Creates (or truncates) a file for writing.
@@ -54,7 +56,9 @@ impl File {
     /// As [`std::fs::File::create`].
     pub fn create<P: AsRef<Path>>(path: P) -> io::Result<File> {
         let path = path.as_ref();
-        Ok(File::from_std(crate::offload(|| std::fs::File::create(path))??))
+        Ok(File::from_std(crate::offload(|| {
+            std::fs::File::create(path)
+        })??))
     }
 
     /// Opens a file with `options`.

@@ -130,7 +130,8 @@ impl Evented {
 
     /// The deadline of an operation in `dir` that starts now.
     pub(crate) fn deadline(&self, dir: Direction) -> Option<Instant> {
-        self.timeout(dir).and_then(|t| Instant::now().checked_add(t))
+        self.timeout(dir)
+            .and_then(|t| Instant::now().checked_add(t))
     }
 
     /// The `ScheduledIo` of the latest registration, if any.
@@ -153,7 +154,9 @@ impl Evented {
         loop {
             // The snapshot is taken before the call: an event that arrives after the call
             // failed moves the tick, and the clear below then erases nothing.
-            let snapshot = self.current_io().map(|io| (io as *const ScheduledIo, io.readiness()));
+            let snapshot = self
+                .current_io()
+                .map(|io| (io as *const ScheduledIo, io.readiness()));
             match op() {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -183,7 +186,9 @@ impl Evented {
         if poll_thread(self.fd, interest, Some(Instant::now())).is_ok() {
             return Ok(());
         }
-        let snapshot = self.current_io().map(|io| (io as *const ScheduledIo, io.readiness()));
+        let snapshot = self
+            .current_io()
+            .map(|io| (io as *const ScheduledIo, io.readiness()));
         self.wait_ready(interest, deadline, snapshot)
     }
 

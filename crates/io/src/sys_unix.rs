@@ -4,9 +4,9 @@
 use std::io;
 use std::mem;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
 use std::os::fd::AsRawFd;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 /// Turns a `-1` return into the thread's `errno` as an error.
 pub(crate) fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
@@ -22,9 +22,8 @@ pub(crate) fn socket(domain: libc::c_int, ty: libc::c_int) -> io::Result<OwnedFd
     #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
     {
         // SAFETY: plain syscall; the flags are valid for socket(2) on these systems.
-        let fd = cvt(unsafe {
-            libc::socket(domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0)
-        })?;
+        let fd =
+            cvt(unsafe { libc::socket(domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
         // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
@@ -77,9 +76,7 @@ fn set_cloexec(fd: RawFd) -> io::Result<()> {
 
 /// `accept4(2)` with `SOCK_NONBLOCK | SOCK_CLOEXEC` (or the equivalent): the new connection and
 /// the raw peer address.
-pub(crate) fn accept(
-    fd: RawFd,
-) -> io::Result<(OwnedFd, libc::sockaddr_storage, libc::socklen_t)> {
+pub(crate) fn accept(fd: RawFd) -> io::Result<(OwnedFd, libc::sockaddr_storage, libc::socklen_t)> {
     // SAFETY: all-zero is a valid sockaddr_storage.
     let mut storage: libc::sockaddr_storage = unsafe { mem::zeroed() };
     let mut len = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
@@ -213,7 +210,11 @@ unsafe fn ptr_write<T>(storage: &mut libc::sockaddr_storage, value: T) {
     debug_assert!(mem::size_of::<T>() <= mem::size_of::<libc::sockaddr_storage>());
     // SAFETY: the caller guarantees that `T` fits and is suitably aligned; `storage` is a
     // valid, exclusive place.
-    unsafe { (storage as *mut libc::sockaddr_storage).cast::<T>().write(value) };
+    unsafe {
+        (storage as *mut libc::sockaddr_storage)
+            .cast::<T>()
+            .write(value)
+    };
 }
 
 /// A C socket address as a `SocketAddr`.
@@ -231,7 +232,10 @@ pub(crate) fn raw_to_socket_addr(
                     .read()
             };
             let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
-            Ok(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))))
+            Ok(SocketAddr::V4(SocketAddrV4::new(
+                ip,
+                u16::from_be(sin.sin_port),
+            )))
         }
         libc::AF_INET6 if len >= mem::size_of::<libc::sockaddr_in6>() => {
             // SAFETY: the family says it is a sockaddr_in6 and it is long enough.

@@ -160,28 +160,28 @@ fn auto() -> Resolved {
 fn factory(backend: &IoBackend) -> Option<Resolved> {
     let make: DriverFactory = match backend {
         #[cfg(all(feature = "io-uring", target_os = "linux"))]
-        IoBackend::IoUring => Arc::new(|| {
-            Ok(Box::new(spindle_io_uring::UringDriver::new()?) as Box<dyn Driver>)
-        }),
+        IoBackend::IoUring => {
+            Arc::new(|| Ok(Box::new(spindle_io_uring::UringDriver::new()?) as Box<dyn Driver>))
+        }
         #[cfg(all(feature = "io-epoll", target_os = "linux"))]
-        IoBackend::Epoll => Arc::new(|| {
-            Ok(Box::new(spindle_io_epoll::EpollDriver::new()?) as Box<dyn Driver>)
-        }),
+        IoBackend::Epoll => {
+            Arc::new(|| Ok(Box::new(spindle_io_epoll::EpollDriver::new()?) as Box<dyn Driver>))
+        }
         #[cfg(all(
             feature = "io-kqueue",
             any(target_vendor = "apple", target_os = "freebsd")
         ))]
-        IoBackend::Kqueue => Arc::new(|| {
-            Ok(Box::new(spindle_io_kqueue::KqueueDriver::new()?) as Box<dyn Driver>)
-        }),
+        IoBackend::Kqueue => {
+            Arc::new(|| Ok(Box::new(spindle_io_kqueue::KqueueDriver::new()?) as Box<dyn Driver>))
+        }
         #[cfg(all(feature = "io-iocp", windows))]
-        IoBackend::Iocp => Arc::new(|| {
-            Ok(Box::new(spindle_io_iocp::IocpDriver::new()?) as Box<dyn Driver>)
-        }),
+        IoBackend::Iocp => {
+            Arc::new(|| Ok(Box::new(spindle_io_iocp::IocpDriver::new()?) as Box<dyn Driver>))
+        }
         #[cfg(feature = "io-polling")]
-        IoBackend::Polling => Arc::new(|| {
-            Ok(Box::new(spindle_io_polling::PollingDriver::new()?) as Box<dyn Driver>)
-        }),
+        IoBackend::Polling => {
+            Arc::new(|| Ok(Box::new(spindle_io_polling::PollingDriver::new()?) as Box<dyn Driver>))
+        }
         _ => return None,
     };
     Some(Resolved::Factory(name_of(backend), make))

@@ -79,8 +79,8 @@ mod worker;
 
 pub use blocking::blocking;
 pub use coop::{consume_budget, yield_now};
-pub use io::{DriverFactory, IoBackend};
 pub use current::{Current, current, park, park_timeout, try_current};
+pub use io::{DriverFactory, IoBackend};
 pub use join::{CancelGuard, JoinError, JoinHandle};
 pub use local::LocalKey;
 pub use metrics::{Metrics, WorkerMetrics};

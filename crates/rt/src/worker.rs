@@ -225,7 +225,11 @@ impl WorkerCtx {
             if shared.policy.has_work(self.index) {
                 continue;
             }
-            if may_spin && !spinning && self.driver.is_some() && self.poll_driver(Some(Duration::ZERO)) > 0 {
+            if may_spin
+                && !spinning
+                && self.driver.is_some()
+                && self.poll_driver(Some(Duration::ZERO)) > 0
+            {
                 // IO made work: no need to spin or sleep.
                 continue;
             }
@@ -311,7 +315,8 @@ impl WorkerCtx {
         }
         for entry in due {
             if entry.task.header().timer_fired(entry.seq) {
-                self.shared.schedule_from(Some(self.index), entry.task, Reason::Woken);
+                self.shared
+                    .schedule_from(Some(self.index), entry.task, Reason::Woken);
             }
         }
     }
@@ -344,7 +349,8 @@ impl WorkerCtx {
             None => {}
             Some(Suspend::Yield) => {
                 header.yield_done();
-                self.shared.schedule_from(Some(self.index), task, Reason::Yielded);
+                self.shared
+                    .schedule_from(Some(self.index), task, Reason::Yielded);
             }
             Some(Suspend::Park(deadline)) => {
                 if let Some(deadline) = deadline {
@@ -360,7 +366,8 @@ impl WorkerCtx {
                 }
                 // Invariant 1: published as idle only now that its context is saved.
                 if header.park_done() {
-                    self.shared.schedule_from(Some(self.index), task, Reason::Woken);
+                    self.shared
+                        .schedule_from(Some(self.index), task, Reason::Woken);
                 }
             }
         }

@@ -149,7 +149,14 @@ impl TcpListener {
             // The address outputs live on the heap: the task may be on a copying stack.
             let mut out = Box::new((storage, len));
             let (s, l) = &mut *out;
-            let new = p.submit(Op::Accept { fd, addr: s, len: l }, None)?;
+            let new = p.submit(
+                Op::Accept {
+                    fd,
+                    addr: s,
+                    len: l,
+                },
+                None,
+            )?;
             (storage, len) = *out;
             // SAFETY: the proactor's accept returns a new fd that nobody else owns.
             Ok(unsafe { OwnedFd::from_raw_fd(new as RawFd) })
@@ -539,8 +546,9 @@ impl TcpStream {
             };
         }
         let deadline = self.ev.deadline(Direction::Read);
-        self.ev
-            .readiness_op(Direction::Read, deadline, || (&self.inner).read_vectored(bufs))
+        self.ev.readiness_op(Direction::Read, deadline, || {
+            (&self.inner).read_vectored(bufs)
+        })
     }
 
     fn write_vectored_impl(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
@@ -551,8 +559,9 @@ impl TcpStream {
             };
         }
         let deadline = self.ev.deadline(Direction::Write);
-        self.ev
-            .readiness_op(Direction::Write, deadline, || (&self.inner).write_vectored(bufs))
+        self.ev.readiness_op(Direction::Write, deadline, || {
+            (&self.inner).write_vectored(bufs)
+        })
     }
 }
 

@@ -177,9 +177,9 @@ impl UdpSocket {
         });
         match done {
             Some(r) => r,
-            None => self
-                .ev
-                .readiness_op(Direction::Write, deadline, || self.inner.send_to(buf, target)),
+            None => self.ev.readiness_op(Direction::Write, deadline, || {
+                self.inner.send_to(buf, target)
+            }),
         }
     }
 
@@ -240,9 +240,10 @@ impl UdpSocket {
         });
         match done {
             Some(r) => r,
-            None if flags & libc::MSG_PEEK != 0 => self
-                .ev
-                .readiness_op(Direction::Read, deadline, || self.inner.peek_from(buf)),
+            None if flags & libc::MSG_PEEK != 0 => {
+                self.ev
+                    .readiness_op(Direction::Read, deadline, || self.inner.peek_from(buf))
+            }
             None => self
                 .ev
                 .readiness_op(Direction::Read, deadline, || self.inner.recv_from(buf)),

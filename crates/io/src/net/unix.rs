@@ -190,8 +190,10 @@ impl UnixStream {
             match sys::connect_start(stream.ev.fd(), &raw, len) {
                 Ok(true) => return Ok(stream),
                 Ok(false) => {
-                    stream.ev.readiness_op(Direction::Write, deadline, || {
-                        match sys::take_error(stream.ev.fd())? {
+                    stream.ev.readiness_op(
+                        Direction::Write,
+                        deadline,
+                        || match sys::take_error(stream.ev.fd())? {
                             Some(e) => Err(e),
                             None => match stream.inner.peer_addr() {
                                 Ok(_) => Ok(()),
@@ -200,8 +202,8 @@ impl UnixStream {
                                 }
                                 Err(e) => Err(e),
                             },
-                        }
-                    })?;
+                        },
+                    )?;
                     return Ok(stream);
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
