@@ -647,7 +647,10 @@ fn a_deferred_cancel_wakes_once_then_waits_quietly() {
     waker.wake();
     assert!(h.join().unwrap_err().is_cancelled());
     assert!(after_guard.load(Ordering::SeqCst));
-    assert!(resumes_during <= 2, "{resumes_during} resumes while waiting");
+    assert!(
+        resumes_during <= 2,
+        "{resumes_during} resumes while waiting"
+    );
 }
 
 /// A `PinGuard` keeps a migratable coroutine on its worker across parks.
