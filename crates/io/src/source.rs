@@ -176,6 +176,7 @@ impl Evented {
 
     /// Waits until the source may be ready for `interest`, with no call made before (so no
     /// readiness to clear): a spurious return is possible, as documented where this is used.
+    #[cfg(unix)]
     pub(crate) fn wait_ready_now(
         &self,
         interest: Interest,
@@ -217,24 +218,28 @@ impl Evented {
             Some(None) => self.poll_via_proactor(interest, deadline),
             // A task of a runtime without an IO driver: the wait goes to the blocking pool, so
             // only this task waits (with no pool installed, `offload` runs it right here).
-            None if spindle_park::in_task() => {
-                // In slices, so that a cancellation (carried out when each slice returns) is
-                // not held off until the source becomes ready.
-                let fd = self.fd;
-                loop {
-                    let slice_end = Instant::now() + OFFLOADED_WAIT_SLICE;
-                    let until = deadline.map_or(slice_end, |d| d.min(slice_end));
-                    match crate::offload(move || poll_thread(fd, interest, Some(until)))? {
-                        Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                            if deadline.is_some_and(|d| Instant::now() >= d) {
-                                return Err(e);
-                            }
-                        }
-                        done => return done,
+            None if spindle_park::in_task() => self.wait_offloaded(interest, deadline),
+            None => poll_thread(self.fd, interest, deadline),
+        }
+    }
+
+    /// Waits for readiness on a blocking-pool thread (`poll_thread` there) while only the
+    /// calling task waits.
+    fn wait_offloaded(&self, interest: Interest, deadline: Option<Instant>) -> io::Result<()> {
+        // In slices, so that a cancellation (carried out when each slice returns) is not held
+        // off until the source becomes ready.
+        let fd = self.fd;
+        loop {
+            let slice_end = Instant::now() + OFFLOADED_WAIT_SLICE;
+            let until = deadline.map_or(slice_end, |d| d.min(slice_end));
+            match crate::offload(move || poll_thread(fd, interest, Some(until)))? {
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(e);
                     }
                 }
+                done => return done,
             }
-            None => poll_thread(self.fd, interest, deadline),
         }
     }
 
@@ -260,25 +265,31 @@ impl Evented {
     }
 
     fn poll_via_proactor(&self, interest: Interest, deadline: Option<Instant>) -> io::Result<()> {
-        let _pin = spindle_park::pin_to_thread();
-        let result = crate::driver::current(|d| match d.proactor() {
-            Some(p) if p.supports(OpKind::Poll) => {
-                #[cfg(unix)]
-                let op = if interest.is_readable() {
-                    Op::PollReadable { fd: self.fd }
-                } else {
-                    Op::PollWritable { fd: self.fd }
-                };
-                #[cfg(windows)]
-                let op: Op<'_> = {
-                    let _ = interest;
-                    return poll_thread(self.fd, interest, deadline);
-                };
-                p.submit(op, deadline).map(drop)
+        #[cfg(unix)]
+        {
+            let _pin = spindle_park::pin_to_thread();
+            let result = crate::driver::current(|d| match d.proactor() {
+                Some(p) if p.supports(OpKind::Poll) => {
+                    let op = if interest.is_readable() {
+                        Op::PollReadable { fd: self.fd }
+                    } else {
+                        Op::PollWritable { fd: self.fd }
+                    };
+                    Some(p.submit(op, deadline).map(drop))
+                }
+                _ => None,
+            });
+            if let Some(Some(done)) = result {
+                return done;
             }
-            _ => poll_thread(self.fd, interest, deadline),
-        });
-        result.unwrap_or_else(|| poll_thread(self.fd, interest, deadline))
+        }
+        // No poll operation (IOCP has none): the wait goes to the blocking pool in a task, so
+        // that it does not block the worker's thread and the other tasks on it.
+        if spindle_park::in_task() {
+            self.wait_offloaded(interest, deadline)
+        } else {
+            poll_thread(self.fd, interest, deadline)
+        }
     }
 
     /// Runs `submit` with the current proactor if there is one that supports `kind`; `None`
