@@ -1,8 +1,10 @@
 //! The IO conformance suite: every case runs on every backend this platform has.
 //!
 //! Modes (Linux): `epoll`, `uring`, `polling` (a 2-worker runtime with that driver),
-//! `no_driver` (a runtime without an IO driver: waits go through the blocking pool) and
-//! `thread` (no runtime at all: the types must behave like std's). Windows (run under Wine in
+//! `polling_oneshot` (the polling driver in one-shot mode, as it runs on Windows and illumos:
+//! every wait re-arms the source, with the reactor that registered it), `no_driver` (a runtime
+//! without an IO driver: waits go through the blocking pool) and `thread` (no runtime at all:
+//! the types must behave like std's). Windows (run under Wine in
 //! CI): `iocp`, `polling`, `no_driver`, `thread`. Cases that only make sense in a runtime
 //! (cancellation, copying stacks) skip the `thread` mode; 10,000 connections need a driver
 //! (without one each wait holds a blocking-pool thread).
@@ -52,6 +54,12 @@ fn backend(mode: &str) -> Option<IoBackend> {
         "uring" => Some(IoBackend::IoUring),
         "polling" => Some(IoBackend::Polling),
         "iocp" => Some(IoBackend::Iocp),
+        "polling_oneshot" => Some(IoBackend::Custom(std::sync::Arc::new(|| {
+            let driver = spindle_io_polling::PollingDriver::with_trigger(
+                spindle_io_polling::Trigger::Oneshot,
+            )?;
+            Ok(Box::new(driver) as Box<dyn spindle_io::Driver>)
+        }))),
         "no_driver" => Some(IoBackend::None),
         _ => None,
     }
@@ -77,6 +85,7 @@ fn run(mode: &str, case: fn()) {
             match mode {
                 "uring" => "io_uring",
                 "no_driver" => "none",
+                "polling_oneshot" => "custom",
                 m => m,
             }
         );
@@ -199,6 +208,7 @@ suite!(
         #[cfg(unix)] epoll,
         #[cfg(unix)] uring,
         polling,
+        #[cfg(unix)] polling_oneshot,
         #[cfg(windows)] iocp,
     ],
     all: [
@@ -861,6 +871,8 @@ fn current_mode() -> String {
         Some(h) => match h.io_backend() {
             "io_uring" => "uring",
             "none" => "no_driver",
+            // The only custom backend here.
+            "custom" => "polling_oneshot",
             name => name,
         },
     }

@@ -202,8 +202,10 @@ impl Evented {
         snapshot: Option<(*const ScheduledIo, crate::ReadyEvent)>,
     ) -> io::Result<()> {
         match crate::driver::current(|d| d.reactor()) {
-            Some(Some(reactor)) => {
-                let io = self.registration(&reactor)?;
+            Some(Some(current)) => {
+                // Re-armed with the reactor that holds the registration, which is not the
+                // current worker's when the source was registered on another one.
+                let (reactor, io) = self.registration(current)?;
                 if let Some((at, event)) = snapshot
                     && ptr::eq(at, Arc::as_ptr(&io))
                 {
@@ -243,25 +245,28 @@ impl Evented {
         }
     }
 
-    /// The registration with `reactor` (made now if the latest one is with another reactor or
-    /// one whose driver is gone).
-    fn registration(&self, reactor: &Arc<dyn Reactor>) -> io::Result<Arc<ScheduledIo>> {
+    /// The registration to wait in, and its reactor: the latest one while its driver lives
+    /// (whichever worker that is), else a new one with `current`, the current worker's reactor.
+    fn registration(
+        &self,
+        current: Arc<dyn Reactor>,
+    ) -> io::Result<(Arc<dyn Reactor>, Arc<ScheduledIo>)> {
         let mut regs = self.regs();
         if let Some(latest) = regs.last()
             && latest.reactor.is_alive()
         {
             // Still dispatched (by whichever worker owns it): keep using it, even from another
             // worker; its events wake us wherever we run.
-            return Ok(latest.io.clone());
+            return Ok((latest.reactor.clone(), latest.io.clone()));
         }
-        let io = reactor.register(self.fd)?;
+        let io = current.register(self.fd)?;
         self.current
             .store(Arc::as_ptr(&io).cast_mut(), Ordering::Release);
         regs.push(Registration {
-            reactor: reactor.clone(),
+            reactor: current.clone(),
             io: io.clone(),
         });
-        Ok(io)
+        Ok((current, io))
     }
 
     fn poll_via_proactor(&self, interest: Interest, deadline: Option<Instant>) -> io::Result<()> {
