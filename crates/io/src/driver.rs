@@ -155,9 +155,9 @@ pub trait Proactor {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum OpKind {
-    /// [`Op::Read`].
+    /// `Op::Read` (Unix).
     Read,
-    /// [`Op::Write`].
+    /// `Op::Write` (Unix).
     Write,
     /// [`Op::Recv`].
     Recv,
@@ -167,11 +167,11 @@ pub enum OpKind {
     Accept,
     /// [`Op::Connect`].
     Connect,
-    /// [`Op::Shutdown`].
+    /// `Op::Shutdown` (Unix).
     Shutdown,
-    /// [`Op::Fsync`].
+    /// `Op::Fsync` (Unix).
     Fsync,
-    /// [`Op::PollReadable`] / [`Op::PollWritable`].
+    /// `Op::PollReadable` / `Op::PollWritable` (Unix; IOCP has no poll operation).
     Poll,
     /// [`Op::RecvFrom`].
     RecvFrom,

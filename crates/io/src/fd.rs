@@ -32,7 +32,7 @@ use crate::sys_unix as sys;
 /// b.read_exact(&mut buf)?;
 /// assert_eq!(&buf, b"ping");
 /// // A raw call of your own, retried on WouldBlock:
-/// let n = b.read_with(|s| { a.write_all(b"x")?; s.read(&mut buf) })?;
+/// let n = b.read_with(|mut s| { a.write_all(b"x")?; s.read(&mut buf) })?;
 /// assert_eq!(n, 1);
 /// # Ok::<(), std::io::Error>(())
 /// ```

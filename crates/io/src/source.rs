@@ -176,6 +176,7 @@ impl Evented {
 
     /// Waits until the source may be ready for `interest`, with no call made before (so no
     /// readiness to clear): a spurious return is possible, as documented where this is used.
+    #[cfg(unix)]
     pub(crate) fn wait_ready_now(
         &self,
         interest: Interest,
@@ -201,8 +202,10 @@ impl Evented {
         snapshot: Option<(*const ScheduledIo, crate::ReadyEvent)>,
     ) -> io::Result<()> {
         match crate::driver::current(|d| d.reactor()) {
-            Some(Some(reactor)) => {
-                let io = self.registration(&reactor)?;
+            Some(Some(current)) => {
+                // Re-armed with the reactor that holds the registration, which is not the
+                // current worker's when the source was registered on another one.
+                let (reactor, io) = self.registration(current)?;
                 if let Some((at, event)) = snapshot
                     && ptr::eq(at, Arc::as_ptr(&io))
                 {
@@ -217,68 +220,81 @@ impl Evented {
             Some(None) => self.poll_via_proactor(interest, deadline),
             // A task of a runtime without an IO driver: the wait goes to the blocking pool, so
             // only this task waits (with no pool installed, `offload` runs it right here).
-            None if spindle_park::in_task() => {
-                // In slices, so that a cancellation (carried out when each slice returns) is
-                // not held off until the source becomes ready.
-                let fd = self.fd;
-                loop {
-                    let slice_end = Instant::now() + OFFLOADED_WAIT_SLICE;
-                    let until = deadline.map_or(slice_end, |d| d.min(slice_end));
-                    match crate::offload(move || poll_thread(fd, interest, Some(until)))? {
-                        Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                            if deadline.is_some_and(|d| Instant::now() >= d) {
-                                return Err(e);
-                            }
-                        }
-                        done => return done,
-                    }
-                }
-            }
+            None if spindle_park::in_task() => self.wait_offloaded(interest, deadline),
             None => poll_thread(self.fd, interest, deadline),
         }
     }
 
-    /// The registration with `reactor` (made now if the latest one is with another reactor or
-    /// one whose driver is gone).
-    fn registration(&self, reactor: &Arc<dyn Reactor>) -> io::Result<Arc<ScheduledIo>> {
+    /// Waits for readiness on a blocking-pool thread (`poll_thread` there) while only the
+    /// calling task waits.
+    fn wait_offloaded(&self, interest: Interest, deadline: Option<Instant>) -> io::Result<()> {
+        // In slices, so that a cancellation (carried out when each slice returns) is not held
+        // off until the source becomes ready.
+        let fd = self.fd;
+        loop {
+            let slice_end = Instant::now() + OFFLOADED_WAIT_SLICE;
+            let until = deadline.map_or(slice_end, |d| d.min(slice_end));
+            match crate::offload(move || poll_thread(fd, interest, Some(until)))? {
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(e);
+                    }
+                }
+                done => return done,
+            }
+        }
+    }
+
+    /// The registration to wait in, and its reactor: the latest one while its driver lives
+    /// (whichever worker that is), else a new one with `current`, the current worker's reactor.
+    fn registration(
+        &self,
+        current: Arc<dyn Reactor>,
+    ) -> io::Result<(Arc<dyn Reactor>, Arc<ScheduledIo>)> {
         let mut regs = self.regs();
         if let Some(latest) = regs.last()
             && latest.reactor.is_alive()
         {
             // Still dispatched (by whichever worker owns it): keep using it, even from another
             // worker; its events wake us wherever we run.
-            return Ok(latest.io.clone());
+            return Ok((latest.reactor.clone(), latest.io.clone()));
         }
-        let io = reactor.register(self.fd)?;
+        let io = current.register(self.fd)?;
         self.current
             .store(Arc::as_ptr(&io).cast_mut(), Ordering::Release);
         regs.push(Registration {
-            reactor: reactor.clone(),
+            reactor: current.clone(),
             io: io.clone(),
         });
-        Ok(io)
+        Ok((current, io))
     }
 
     fn poll_via_proactor(&self, interest: Interest, deadline: Option<Instant>) -> io::Result<()> {
-        let _pin = spindle_park::pin_to_thread();
-        let result = crate::driver::current(|d| match d.proactor() {
-            Some(p) if p.supports(OpKind::Poll) => {
-                #[cfg(unix)]
-                let op = if interest.is_readable() {
-                    Op::PollReadable { fd: self.fd }
-                } else {
-                    Op::PollWritable { fd: self.fd }
-                };
-                #[cfg(windows)]
-                let op: Op<'_> = {
-                    let _ = interest;
-                    return poll_thread(self.fd, interest, deadline);
-                };
-                p.submit(op, deadline).map(drop)
+        #[cfg(unix)]
+        {
+            let _pin = spindle_park::pin_to_thread();
+            let result = crate::driver::current(|d| match d.proactor() {
+                Some(p) if p.supports(OpKind::Poll) => {
+                    let op = if interest.is_readable() {
+                        Op::PollReadable { fd: self.fd }
+                    } else {
+                        Op::PollWritable { fd: self.fd }
+                    };
+                    Some(p.submit(op, deadline).map(drop))
+                }
+                _ => None,
+            });
+            if let Some(Some(done)) = result {
+                return done;
             }
-            _ => poll_thread(self.fd, interest, deadline),
-        });
-        result.unwrap_or_else(|| poll_thread(self.fd, interest, deadline))
+        }
+        // No poll operation (IOCP has none): the wait goes to the blocking pool in a task, so
+        // that it does not block the worker's thread and the other tasks on it.
+        if spindle_park::in_task() {
+            self.wait_offloaded(interest, deadline)
+        } else {
+            poll_thread(self.fd, interest, deadline)
+        }
     }
 
     /// Runs `submit` with the current proactor if there is one that supports `kind`; `None`

@@ -305,3 +305,93 @@ pub(crate) fn unix_addr(
     unsafe { ptr_write(&mut storage, sun) };
     Ok((storage, len as libc::socklen_t))
 }
+
+/// The raw descriptor of a socket, as the driver interface names sources.
+pub(crate) fn raw<S: std::os::fd::AsRawFd + ?Sized>(s: &S) -> RawFd {
+    s.as_raw_fd()
+}
+
+/// A listening TCP socket bound to `addr` (with `SO_REUSEADDR`), non-blocking, with a backlog
+/// of `backlog`.
+pub(crate) fn tcp_listener(addr: &SocketAddr, backlog: i32) -> io::Result<std::net::TcpListener> {
+    use std::os::fd::AsRawFd;
+    let fd = socket(domain_of(addr), libc::SOCK_STREAM)?;
+    let one: libc::c_int = 1;
+    // SAFETY: a valid option value of the right size for SO_REUSEADDR.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_REUSEADDR,
+            (&one as *const libc::c_int).cast(),
+            mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })?;
+    let (raw, len) = socket_addr_to_raw(addr);
+    // SAFETY: `raw` is a valid socket address of `len` bytes.
+    cvt(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&raw as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    })?;
+    // SAFETY: plain syscall on a socket we own.
+    cvt(unsafe { libc::listen(fd.as_raw_fd(), backlog) })?;
+    Ok(std::net::TcpListener::from(fd))
+}
+
+/// An unconnected TCP socket of `addr`'s family, non-blocking.
+pub(crate) fn tcp_stream_socket(addr: &SocketAddr) -> io::Result<std::net::TcpStream> {
+    Ok(std::net::TcpStream::from(socket(
+        domain_of(addr),
+        libc::SOCK_STREAM,
+    )?))
+}
+
+/// A UDP socket bound to `addr`, non-blocking.
+pub(crate) fn udp_bind(addr: &SocketAddr) -> io::Result<std::net::UdpSocket> {
+    use std::os::fd::AsRawFd;
+    let fd = socket(domain_of(addr), libc::SOCK_DGRAM)?;
+    let (raw, len) = socket_addr_to_raw(addr);
+    // SAFETY: `raw` is a valid socket address of `len` bytes.
+    cvt(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&raw as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    })?;
+    Ok(std::net::UdpSocket::from(fd))
+}
+
+/// Starts a non-blocking `connect(2)` to an internet address; see [`connect_start`].
+pub(crate) fn connect_to(fd: RawFd, addr: &SocketAddr) -> io::Result<bool> {
+    let (raw, len) = socket_addr_to_raw(addr);
+    connect_start(fd, &raw, len)
+}
+
+/// Whether `e` says the process (or the system) ran out of file descriptors: the errors after
+/// which `accept` backs off.
+pub(crate) fn is_out_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// Whether `e` says the socket is not connected (yet).
+pub(crate) fn is_not_connected(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ENOTCONN)
+}
+
+/// A receive on `fd` into `buf` (peeking when `peek`), for a proactor.
+pub(crate) fn recv_op(fd: RawFd, buf: &mut [u8], peek: bool) -> crate::Op<'_> {
+    crate::Op::Recv {
+        fd,
+        buf,
+        flags: if peek { libc::MSG_PEEK } else { 0 },
+    }
+}
+
+/// A send on `fd` from `buf`, for a proactor.
+pub(crate) fn send_op(fd: RawFd, buf: &[u8]) -> crate::Op<'_> {
+    crate::Op::Send { fd, buf, flags: 0 }
+}

@@ -2,16 +2,22 @@
 
 use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+#[cfg(unix)]
 use std::mem;
 use std::net::{Shutdown, SocketAddr};
+#[cfg(unix)]
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+#[cfg(windows)]
+use std::os::windows::io::{
+    AsRawSocket, AsSocket, BorrowedSocket, FromRawSocket, IntoRawSocket, OwnedSocket, RawSocket,
+};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::driver::{Op, OpKind};
 use crate::net::addr::{ToSocketAddrs, each_addr};
 use crate::source::{Direction, Evented};
-use crate::sys_unix as sys;
+use crate::sys;
 
 /// A TCP socket server, listening for connections.
 ///
@@ -25,7 +31,7 @@ use crate::sys_unix as sys;
 /// let listener = TcpListener::bind("127.0.0.1:0")?;
 /// let addr = listener.local_addr()?;
 /// let client = std::thread::spawn(move || -> std::io::Result<String> {
-///     let mut stream = TcpStream::connect(addr)?;
+///     let mut stream = TcpStream::connect(&addr)?;
 ///     stream.write_all(b"ping")?;
 ///     let mut reply = String::new();
 ///     stream.read_to_string(&mut reply)?;
@@ -59,38 +65,13 @@ impl TcpListener {
     /// As [`std::net::TcpListener::bind`]; a host name that does not resolve.
     pub fn bind<A: ToSocketAddrs + ?Sized>(addr: &A) -> io::Result<TcpListener> {
         each_addr(addr, |a| {
-            let fd = sys::socket(sys::domain_of(a), libc::SOCK_STREAM)?;
-            let one: libc::c_int = 1;
-            // SAFETY: a valid option value of the right size for SO_REUSEADDR.
-            sys::cvt(unsafe {
-                libc::setsockopt(
-                    fd.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_REUSEADDR,
-                    (&one as *const libc::c_int).cast(),
-                    mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            })?;
-            let (raw, len) = sys::socket_addr_to_raw(a);
-            // SAFETY: `raw` is a valid socket address of `len` bytes.
-            sys::cvt(unsafe {
-                libc::bind(
-                    fd.as_raw_fd(),
-                    (&raw as *const libc::sockaddr_storage).cast(),
-                    len,
-                )
-            })?;
-            // SAFETY: plain syscall on a socket we own.
-            sys::cvt(unsafe { libc::listen(fd.as_raw_fd(), 1024) })?;
-            Ok(TcpListener::from_nonblocking(std::net::TcpListener::from(
-                fd,
-            )))
+            Ok(TcpListener::from_nonblocking(sys::tcp_listener(a, 1024)?))
         })
     }
 
     fn from_nonblocking(inner: std::net::TcpListener) -> TcpListener {
         TcpListener {
-            ev: Evented::new(inner.as_raw_fd()),
+            ev: Evented::new(sys::raw(&inner)),
             inner,
             backoff_ms: AtomicU32::new(0),
         }
@@ -116,7 +97,8 @@ impl TcpListener {
     /// Accepts a connection: suspends the calling coroutine (or blocks the thread) until one
     /// arrives.
     ///
-    /// Out of file descriptors (`EMFILE`/`ENFILE`), the error is returned, and the next
+    /// Out of file descriptors (`EMFILE`/`ENFILE`; on Windows out of sockets or socket buffers:
+    /// `WSAEMFILE`/`WSAENOBUFS`), the error is returned, and the next
     /// `accept` first pauses (1 ms, doubling up to 100 ms while it lasts), so that a loop that
     /// logs the error and accepts again does not spin; it recovers by itself once descriptors
     /// are free.
@@ -131,7 +113,7 @@ impl TcpListener {
         }
         let result = self.accept_now();
         match &result {
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+            Err(e) if sys::is_out_of_descriptors(e) => {
                 let next = (backoff * 2).clamp(1, MAX_ACCEPT_BACKOFF_MS);
                 self.backoff_ms.store(next, Ordering::Relaxed);
             }
@@ -141,6 +123,7 @@ impl TcpListener {
         result
     }
 
+    #[cfg(unix)]
     fn accept_now(&self) -> io::Result<(TcpStream, SocketAddr)> {
         // SAFETY: all-zero is a valid sockaddr_storage.
         let mut storage: libc::sockaddr_storage = unsafe { mem::zeroed() };
@@ -177,6 +160,45 @@ impl TcpListener {
             TcpStream::from_nonblocking(std::net::TcpStream::from(fd)),
             peer,
         ))
+    }
+
+    /// Accepts with `AcceptEx` through the proactor (IOCP) when there is one, else with the
+    /// non-blocking `accept` and readiness waits.
+    #[cfg(windows)]
+    fn accept_now(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        let done = self.ev.completion(OpKind::Accept, |p, listener| {
+            // AcceptEx takes the socket that becomes the connection: a fresh one of the
+            // listener's family (overlapped, non-blocking like every socket here).
+            let family = self.inner.local_addr()?;
+            let accepted = sys::tcp_stream_socket(&family)?;
+            // The address areas live on the heap: the task may be on a copying stack.
+            let mut addresses = vec![0u8; sys::ACCEPT_ADDRESSES_LEN];
+            p.submit(
+                Op::Accept {
+                    socket: listener,
+                    accepted: sys::raw(&accepted),
+                    addresses: &mut addresses,
+                },
+                None,
+            )?;
+            // The driver updated the accept context (SO_UPDATE_ACCEPT_CONTEXT): the socket
+            // knows its peer.
+            let peer = accepted.peer_addr()?;
+            Ok((accepted, peer))
+        });
+        let (stream, peer) = match done {
+            Some(r) => r?,
+            None => {
+                let (stream, peer) = self
+                    .ev
+                    .readiness_op(Direction::Read, None, || self.inner.accept())?;
+                // Inherited from the listener on Windows; set it anyway (a listener that came
+                // from elsewhere may be blocking).
+                stream.set_nonblocking(true)?;
+                (stream, peer)
+            }
+        };
+        Ok((TcpStream::from_nonblocking(stream), peer))
     }
 
     /// An iterator over incoming connections (never `None`).
@@ -253,7 +275,7 @@ impl fmt::Debug for TcpListener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TcpListener")
             .field("addr", &self.inner.local_addr().ok())
-            .field("fd", &self.inner.as_raw_fd())
+            .field(RAW_NAME, &sys::raw(&self.inner))
             .finish()
     }
 }
@@ -262,13 +284,14 @@ impl fmt::Debug for TcpListener {
 ///
 /// Like [`std::net::TcpStream`] — it implements [`Read`] and [`Write`] (also for
 /// `&TcpStream`), so synchronous code works inside coroutines unchanged — but every operation
-/// suspends only the calling coroutine when it runs in a runtime: on io_uring the read or
-/// write is submitted with the caller's buffer; on readiness backends the non-blocking call is
-/// retried when the socket is ready. Outside a runtime it blocks the thread like std's.
+/// suspends only the calling coroutine when it runs in a runtime: on io_uring and IOCP the
+/// read or write is submitted with the caller's buffer; on readiness backends the non-blocking
+/// call is retried when the socket is ready. Outside a runtime it blocks the thread like std's.
 ///
 /// Read and write timeouts ([`set_read_timeout`](TcpStream::set_read_timeout)) apply to every
 /// path; a timed-out operation returns `ErrorKind::TimedOut`. Writing to a connection the peer
-/// closed returns `EPIPE` (`BrokenPipe`), never a `SIGPIPE`.
+/// closed returns `EPIPE` (`BrokenPipe`), never a `SIGPIPE` (on Windows, which has no signals,
+/// `WSAECONNRESET` or `WSAECONNABORTED`).
 pub struct TcpStream {
     ev: Evented,
     inner: std::net::TcpStream,
@@ -300,33 +323,18 @@ impl TcpStream {
     }
 
     fn connect_addr(addr: &SocketAddr, deadline: Option<Instant>) -> io::Result<TcpStream> {
-        let fd = sys::socket(sys::domain_of(addr), libc::SOCK_STREAM)?;
-        let stream = TcpStream::from_nonblocking(std::net::TcpStream::from(fd));
-        let (raw, len) = sys::socket_addr_to_raw(addr);
-        let done = stream.ev.completion(OpKind::Connect, |p, fd| {
-            let raw = Box::new(raw);
-            p.submit(
-                Op::Connect {
-                    fd,
-                    addr: &raw,
-                    len,
-                },
-                deadline,
-            )
-        });
-        match done {
-            Some(r) => {
-                r?;
-            }
+        let stream = TcpStream::from_nonblocking(sys::tcp_stream_socket(addr)?);
+        match stream.connect_completion(addr, deadline) {
+            Some(r) => r?,
             None => {
-                if !sys::connect_start(stream.ev.fd(), &raw, len)? {
+                if !sys::connect_to(stream.ev.fd(), addr)? {
                     stream.ev.readiness_op(Direction::Write, deadline, || {
                         match sys::take_error(stream.ev.fd())? {
                             Some(e) => Err(e),
                             None => match stream.inner.peer_addr() {
                                 Ok(_) => Ok(()),
                                 // Not connected yet (a spurious wake-up): wait again.
-                                Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+                                Err(e) if sys::is_not_connected(&e) => {
                                     Err(io::Error::from(io::ErrorKind::WouldBlock))
                                 }
                                 Err(e) => Err(e),
@@ -339,9 +347,56 @@ impl TcpStream {
         Ok(stream)
     }
 
+    /// Connects through the current proactor, if there is one (`None`: use the readiness
+    /// path).
+    #[cfg(unix)]
+    fn connect_completion(
+        &self,
+        addr: &SocketAddr,
+        deadline: Option<Instant>,
+    ) -> Option<io::Result<()>> {
+        let (raw, len) = sys::socket_addr_to_raw(addr);
+        self.ev.completion(OpKind::Connect, |p, fd| {
+            let raw = Box::new(raw);
+            p.submit(
+                Op::Connect {
+                    fd,
+                    addr: &raw,
+                    len,
+                },
+                deadline,
+            )
+            .map(drop)
+        })
+    }
+
+    /// Connects with `ConnectEx` through the current proactor (IOCP), if there is one (`None`:
+    /// use the readiness path). `ConnectEx` needs a bound socket: it is bound to the wildcard
+    /// address of its family first.
+    #[cfg(windows)]
+    fn connect_completion(
+        &self,
+        addr: &SocketAddr,
+        deadline: Option<Instant>,
+    ) -> Option<io::Result<()>> {
+        self.ev.completion(OpKind::Connect, |p, socket| {
+            sys::bind_to(&self.inner, &sys::unspecified_like(addr))?;
+            // On the heap: the task may be on a copying stack.
+            let raw = Box::new(sys::RawAddr::new(addr));
+            p.submit(
+                Op::Connect {
+                    socket,
+                    addr: raw.as_bytes(),
+                },
+                deadline,
+            )
+            .map(drop)
+        })
+    }
+
     fn from_nonblocking(inner: std::net::TcpStream) -> TcpStream {
         TcpStream {
-            ev: Evented::new(inner.as_raw_fd()),
+            ev: Evented::new(sys::raw(&inner)),
             inner,
         }
     }
@@ -488,11 +543,7 @@ impl TcpStream {
             OpKind::Recv,
             buf,
             deadline,
-            |fd, buf| Op::Recv {
-                fd,
-                buf,
-                flags: libc::MSG_PEEK,
-            },
+            |fd, buf| sys::recv_op(fd, buf, true),
             |buf| self.inner.peek(buf),
         )
     }
@@ -516,7 +567,7 @@ impl TcpStream {
             OpKind::Recv,
             buf,
             deadline,
-            |fd, buf| Op::Recv { fd, buf, flags: 0 },
+            |fd, buf| sys::recv_op(fd, buf, false),
             |buf| (&self.inner).read(buf),
         )
     }
@@ -527,14 +578,12 @@ impl TcpStream {
         }
         let deadline = self.ev.deadline(Direction::Write);
         // std's write uses send(MSG_NOSIGNAL) on Linux (SO_NOSIGPIPE elsewhere, set at socket
-        // creation): EPIPE, never SIGPIPE.
-        self.ev.write_op(
-            OpKind::Send,
-            buf,
-            deadline,
-            |fd, buf| Op::Send { fd, buf, flags: 0 },
-            |buf| (&self.inner).write(buf),
-        )
+        // creation): EPIPE, never SIGPIPE. (Windows has no signals: an error, WSAECONNRESET or
+        // WSAECONNABORTED.)
+        self.ev
+            .write_op(OpKind::Send, buf, deadline, sys::send_op, |buf| {
+                (&self.inner).write(buf)
+            })
     }
 
     fn read_vectored_impl(&self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
@@ -612,11 +661,15 @@ impl fmt::Debug for TcpStream {
         f.debug_struct("TcpStream")
             .field("local", &self.inner.local_addr().ok())
             .field("peer", &self.inner.peer_addr().ok())
-            .field("fd", &self.inner.as_raw_fd())
+            .field(RAW_NAME, &sys::raw(&self.inner))
             .finish()
     }
 }
 
+/// What `Debug` calls the OS handle.
+pub(crate) const RAW_NAME: &str = if cfg!(windows) { "socket" } else { "fd" };
+
+#[cfg(unix)]
 macro_rules! fd_conversions {
     ($ty:ident, $std:ty) => {
         impl AsRawFd for $ty {
@@ -678,7 +731,81 @@ macro_rules! fd_conversions {
     };
 }
 
+#[cfg(unix)]
 pub(crate) use fd_conversions;
 
+#[cfg(windows)]
+macro_rules! socket_conversions {
+    ($ty:ident, $std:ty) => {
+        impl AsRawSocket for $ty {
+            fn as_raw_socket(&self) -> RawSocket {
+                self.inner.as_raw_socket()
+            }
+        }
+
+        impl AsSocket for $ty {
+            fn as_socket(&self) -> BorrowedSocket<'_> {
+                self.inner.as_socket()
+            }
+        }
+
+        impl IntoRawSocket for $ty {
+            fn into_raw_socket(self) -> RawSocket {
+                self.into_std().into_raw_socket()
+            }
+        }
+
+        impl From<$ty> for OwnedSocket {
+            fn from(value: $ty) -> OwnedSocket {
+                value.into_std().into()
+            }
+        }
+
+        impl FromRawSocket for $ty {
+            /// Takes ownership of `socket` and puts it in non-blocking mode (the mode change's
+            /// error, if any, shows at the first operation). For the IOCP driver the socket
+            /// must have been made overlapped (`WSA_FLAG_OVERLAPPED`; std's and this crate's
+            /// sockets are).
+            unsafe fn from_raw_socket(socket: RawSocket) -> $ty {
+                // SAFETY: the caller passes ownership of an open socket of the right kind.
+                let inner = unsafe { <$std>::from_raw_socket(socket) };
+                let _ = inner.set_nonblocking(true);
+                <$ty>::from_nonblocking(inner)
+            }
+        }
+
+        impl From<OwnedSocket> for $ty {
+            /// Takes ownership of `socket` and puts it in non-blocking mode.
+            fn from(socket: OwnedSocket) -> $ty {
+                let inner = <$std>::from(socket);
+                let _ = inner.set_nonblocking(true);
+                <$ty>::from_nonblocking(inner)
+            }
+        }
+
+        impl TryFrom<$std> for $ty {
+            type Error = io::Error;
+            fn try_from(value: $std) -> io::Result<$ty> {
+                <$ty>::from_std(value)
+            }
+        }
+
+        impl From<$ty> for $std {
+            fn from(value: $ty) -> $std {
+                value.into_std()
+            }
+        }
+    };
+}
+
+#[cfg(windows)]
+pub(crate) use socket_conversions;
+
+#[cfg(unix)]
 fd_conversions!(TcpListener, std::net::TcpListener);
+#[cfg(unix)]
 fd_conversions!(TcpStream, std::net::TcpStream);
+#[cfg(windows)]
+socket_conversions!(TcpListener, std::net::TcpListener);
+#[cfg(windows)]
+socket_conversions!(TcpStream, std::net::TcpStream);

@@ -2,16 +2,26 @@
 
 use std::fmt;
 use std::io;
+#[cfg(unix)]
 use std::mem;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+#[cfg(unix)]
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
-use std::time::Duration;
+#[cfg(windows)]
+use std::os::windows::io::{
+    AsRawSocket, AsSocket, BorrowedSocket, FromRawSocket, IntoRawSocket, OwnedSocket, RawSocket,
+};
+use std::time::{Duration, Instant};
 
-use crate::driver::{Op, OpKind};
+use crate::driver::{Op, OpKind, Proactor, RawSource};
 use crate::net::addr::{ToSocketAddrs, each_addr};
+use crate::net::tcp::RAW_NAME;
+#[cfg(unix)]
 use crate::net::tcp::fd_conversions;
+#[cfg(windows)]
+use crate::net::tcp::socket_conversions;
 use crate::source::{Direction, Evented};
-use crate::sys_unix as sys;
+use crate::sys;
 
 /// A UDP socket.
 ///
@@ -23,7 +33,7 @@ use crate::sys_unix as sys;
 /// use spindle_io::net::UdpSocket;
 /// let a = UdpSocket::bind("127.0.0.1:0")?;
 /// let b = UdpSocket::bind("127.0.0.1:0")?;
-/// a.send_to(b"hello", b.local_addr()?)?;
+/// a.send_to(b"hello", &b.local_addr()?)?;
 /// let mut buf = [0; 16];
 /// let (n, from) = b.recv_from(&mut buf)?;
 /// assert_eq!((&buf[..n], from), (&b"hello"[..], a.local_addr()?));
@@ -41,24 +51,12 @@ impl UdpSocket {
     ///
     /// As [`std::net::UdpSocket::bind`].
     pub fn bind<A: ToSocketAddrs + ?Sized>(addr: &A) -> io::Result<UdpSocket> {
-        each_addr(addr, |a| {
-            let fd = sys::socket(sys::domain_of(a), libc::SOCK_DGRAM)?;
-            let (raw, len) = sys::socket_addr_to_raw(a);
-            // SAFETY: `raw` is a valid socket address of `len` bytes.
-            sys::cvt(unsafe {
-                libc::bind(
-                    fd.as_raw_fd(),
-                    (&raw as *const libc::sockaddr_storage).cast(),
-                    len,
-                )
-            })?;
-            Ok(UdpSocket::from_nonblocking(std::net::UdpSocket::from(fd)))
-        })
+        each_addr(addr, |a| Ok(UdpSocket::from_nonblocking(sys::udp_bind(a)?)))
     }
 
     fn from_nonblocking(inner: std::net::UdpSocket) -> UdpSocket {
         UdpSocket {
-            ev: Evented::new(inner.as_raw_fd()),
+            ev: Evented::new(sys::raw(&inner)),
             inner,
         }
     }
@@ -96,13 +94,10 @@ impl UdpSocket {
     /// As [`std::net::UdpSocket::send`]; `TimedOut` after the write timeout.
     pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
         let deadline = self.ev.deadline(Direction::Write);
-        self.ev.write_op(
-            OpKind::Send,
-            buf,
-            deadline,
-            |fd, buf| Op::Send { fd, buf, flags: 0 },
-            |buf| self.inner.send(buf),
-        )
+        self.ev
+            .write_op(OpKind::Send, buf, deadline, sys::send_op, |buf| {
+                self.inner.send(buf)
+            })
     }
 
     /// Receives from the connected peer.
@@ -116,7 +111,7 @@ impl UdpSocket {
             OpKind::Recv,
             buf,
             deadline,
-            |fd, buf| Op::Recv { fd, buf, flags: 0 },
+            |fd, buf| sys::recv_op(fd, buf, false),
             |buf| self.inner.recv(buf),
         )
     }
@@ -132,11 +127,7 @@ impl UdpSocket {
             OpKind::Recv,
             buf,
             deadline,
-            |fd, buf| Op::Recv {
-                fd,
-                buf,
-                flags: libc::MSG_PEEK,
-            },
+            |fd, buf| sys::recv_op(fd, buf, true),
             |buf| self.inner.peek(buf),
         )
     }
@@ -154,9 +145,7 @@ impl UdpSocket {
             ));
         };
         let deadline = self.ev.deadline(Direction::Write);
-        let (raw, len) = sys::socket_addr_to_raw(&target);
         let done = self.ev.completion(OpKind::SendTo, |p, fd| {
-            let raw = Box::new(raw);
             let bounce;
             let data = if spindle_park::on_copying_stack() {
                 bounce = buf.to_vec();
@@ -164,16 +153,7 @@ impl UdpSocket {
             } else {
                 buf
             };
-            p.submit(
-                Op::SendTo {
-                    fd,
-                    buf: data,
-                    addr: &raw,
-                    len,
-                    flags: 0,
-                },
-                deadline,
-            )
+            send_to_via(p, fd, data, &target, deadline)
         });
         match done {
             Some(r) => r,
@@ -189,7 +169,7 @@ impl UdpSocket {
     ///
     /// As [`std::net::UdpSocket::recv_from`]; `TimedOut` after the read timeout.
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        self.recv_from_flags(buf, 0)
+        self.recv_from_flags(buf, false)
     }
 
     /// Receives a datagram and its sender's address without removing it.
@@ -198,52 +178,27 @@ impl UdpSocket {
     ///
     /// As [`recv_from`](UdpSocket::recv_from).
     pub fn peek_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        self.recv_from_flags(buf, libc::MSG_PEEK)
+        self.recv_from_flags(buf, true)
     }
 
-    fn recv_from_flags(&self, buf: &mut [u8], flags: i32) -> io::Result<(usize, SocketAddr)> {
+    fn recv_from_flags(&self, buf: &mut [u8], peek: bool) -> io::Result<(usize, SocketAddr)> {
         let deadline = self.ev.deadline(Direction::Read);
         let done = self.ev.completion(OpKind::RecvFrom, |p, fd| {
-            // SAFETY: all-zero is a valid sockaddr_storage.
-            let mut out: Box<(libc::sockaddr_storage, libc::socklen_t)> =
-                Box::new((unsafe { mem::zeroed() }, 0));
-            out.1 = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            let (addr, len) = &mut *out;
-            let n = if spindle_park::on_copying_stack() {
+            if spindle_park::on_copying_stack() {
                 let mut bounce = vec![0u8; buf.len()];
-                let n = p.submit(
-                    Op::RecvFrom {
-                        fd,
-                        buf: &mut bounce,
-                        addr,
-                        len,
-                        flags,
-                    },
-                    deadline,
-                )?;
+                let (n, from) = recv_from_via(p, fd, &mut bounce, peek, deadline)?;
                 let n = n.min(buf.len());
                 buf[..n].copy_from_slice(&bounce[..n]);
-                n
+                Ok((n, from))
             } else {
-                p.submit(
-                    Op::RecvFrom {
-                        fd,
-                        buf: &mut *buf,
-                        addr,
-                        len,
-                        flags,
-                    },
-                    deadline,
-                )?
-            };
-            Ok((n, sys::raw_to_socket_addr(&out.0, out.1)?))
+                recv_from_via(p, fd, buf, peek, deadline)
+            }
         });
         match done {
             Some(r) => r,
-            None if flags & libc::MSG_PEEK != 0 => {
-                self.ev
-                    .readiness_op(Direction::Read, deadline, || self.inner.peek_from(buf))
-            }
+            None if peek => self
+                .ev
+                .readiness_op(Direction::Read, deadline, || self.inner.peek_from(buf)),
             None => self
                 .ev
                 .readiness_op(Direction::Read, deadline, || self.inner.recv_from(buf)),
@@ -399,9 +354,110 @@ impl fmt::Debug for UdpSocket {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("UdpSocket")
             .field("addr", &self.inner.local_addr().ok())
-            .field("fd", &self.inner.as_raw_fd())
+            .field(RAW_NAME, &sys::raw(&self.inner))
             .finish()
     }
 }
 
+/// `sendto` through a proactor; `buf` is not on a copying stack.
+#[cfg(unix)]
+fn send_to_via(
+    p: &dyn Proactor,
+    fd: RawSource,
+    buf: &[u8],
+    target: &SocketAddr,
+    deadline: Option<Instant>,
+) -> io::Result<usize> {
+    // The address lives on the heap: the task may be on a copying stack.
+    let (raw, len) = sys::socket_addr_to_raw(target);
+    let raw = Box::new(raw);
+    p.submit(
+        Op::SendTo {
+            fd,
+            buf,
+            addr: &raw,
+            len,
+            flags: 0,
+        },
+        deadline,
+    )
+}
+
+/// `WSASendTo` through a proactor; `buf` is not on a copying stack.
+#[cfg(windows)]
+fn send_to_via(
+    p: &dyn Proactor,
+    socket: RawSource,
+    buf: &[u8],
+    target: &SocketAddr,
+    deadline: Option<Instant>,
+) -> io::Result<usize> {
+    // The address lives on the heap: the task may be on a copying stack.
+    let raw = Box::new(sys::RawAddr::new(target));
+    p.submit(
+        Op::SendTo {
+            socket,
+            buf,
+            addr: raw.as_bytes(),
+        },
+        deadline,
+    )
+}
+
+/// `recvfrom` through a proactor; `buf` is not on a copying stack.
+#[cfg(unix)]
+fn recv_from_via(
+    p: &dyn Proactor,
+    fd: RawSource,
+    buf: &mut [u8],
+    peek: bool,
+    deadline: Option<Instant>,
+) -> io::Result<(usize, SocketAddr)> {
+    // The address outputs live on the heap: the task may be on a copying stack.
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut out: Box<(libc::sockaddr_storage, libc::socklen_t)> =
+        Box::new((unsafe { mem::zeroed() }, 0));
+    out.1 = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    let (addr, len) = &mut *out;
+    let n = p.submit(
+        Op::RecvFrom {
+            fd,
+            buf,
+            addr,
+            len,
+            flags: if peek { libc::MSG_PEEK } else { 0 },
+        },
+        deadline,
+    )?;
+    Ok((n, sys::raw_to_socket_addr(&out.0, out.1)?))
+}
+
+/// `WSARecvFrom` through a proactor; `buf` is not on a copying stack.
+#[cfg(windows)]
+fn recv_from_via(
+    p: &dyn Proactor,
+    socket: RawSource,
+    buf: &mut [u8],
+    peek: bool,
+    deadline: Option<Instant>,
+) -> io::Result<(usize, SocketAddr)> {
+    // The address outputs live on the heap: the task may be on a copying stack.
+    let mut addr = vec![0u8; sys::SOCKADDR_STORAGE_LEN];
+    let mut len = Box::new(0i32);
+    let n = p.submit(
+        Op::RecvFrom {
+            socket,
+            buf,
+            addr: &mut addr,
+            len: &mut len,
+            flags: if peek { sys::MSG_PEEK as u32 } else { 0 },
+        },
+        deadline,
+    )?;
+    Ok((n, sys::bytes_to_socket_addr(&addr, *len)?))
+}
+
+#[cfg(unix)]
 fd_conversions!(UdpSocket, std::net::UdpSocket);
+#[cfg(windows)]
+socket_conversions!(UdpSocket, std::net::UdpSocket);
