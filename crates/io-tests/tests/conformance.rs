@@ -221,6 +221,7 @@ suite!(
     ],
     all: [
         echo,
+        dropping_a_listener_frees_its_port,
         large_transfer_both_ways,
         half_close,
         peer_reset,
@@ -295,6 +296,41 @@ fn echo() {
         c();
     }
     server();
+}
+
+/// After a listener that accepted is dropped, its port no longer listens (on io_uring: its
+/// multishot accept, which holds the socket in the kernel, was cancelled), and nothing
+/// accepted on its behalf leaks.
+fn dropping_a_listener_frees_its_port() {
+    let (l, addr) = listener();
+    let client = go(move || TcpStream::connect(&addr).unwrap());
+    let (conn, _) = l.accept().unwrap();
+    let _client = client();
+    drop(l);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match TcpStream::connect(&addr) {
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => break,
+            Err(e) => panic!("connect after the listener was dropped: {e}"),
+            Ok(_) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "the port still listens 5 s after its listener was dropped"
+                );
+                nap(Duration::from_millis(10));
+            }
+        }
+    }
+    drop(conn);
+}
+
+/// Sleeps the coroutine, or the thread outside a runtime.
+fn nap(d: Duration) {
+    if in_runtime() {
+        spindle_rt::sleep(d);
+    } else {
+        std::thread::sleep(d);
+    }
 }
 
 /// 16 MiB each way at the same time on one connection (a reader and a writer on each side):

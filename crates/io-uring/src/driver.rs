@@ -6,11 +6,12 @@ use std::io;
 use std::marker::PhantomData;
 use std::os::fd::RawFd;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use io_uring::{IoUring, Probe, cqueue, opcode, squeue, types};
+use spindle_io::driver::AcceptQueue;
 use spindle_io::{Driver, Op, OpKind, Proactor, Unpark};
 
 use crate::config::{SetupError, UringConfig};
@@ -20,6 +21,11 @@ use crate::unpark::Unparker;
 const WAKE: u64 = u64::MAX;
 /// `user_data` of completions nobody waits for (those of `ASYNC_CANCEL` requests).
 const IGNORE: u64 = u64::MAX - 1;
+/// `user_data` of multishot accepts: this bit, the acceptor's generation (bits 24..56) and its
+/// index (bits 0..24). The generation keeps a late cancel from hitting a reused index.
+const ACCEPT_TAG: u64 = 1 << 62;
+/// Bits of an acceptor's index in its `user_data`.
+const ACCEPT_INDEX_BITS: u32 = 24;
 /// The most bytes one read or write moves (Linux's `MAX_RW_COUNT`); results must fit an `i32`.
 const MAX_RW: usize = 0x7fff_f000;
 /// How often a push into a full submission queue is retried before it fails.
@@ -58,6 +64,9 @@ pub struct UringStats {
     /// Times the completion queue was found overflowed (completions kept back by the kernel,
     /// `IORING_SQ_CQ_OVERFLOW`) and flushed by an extra enter.
     pub cq_overflows: u64,
+    /// Multishot accepts armed (`IORING_ACCEPT_MULTISHOT`): each serves a listener until it is
+    /// cancelled (the listener dropped) or ends (an error, or the kernel stopped it).
+    pub multishot_accepts: u64,
 }
 
 /// Where a completion record is in its life.
@@ -104,6 +113,38 @@ impl Record {
     }
 }
 
+/// A multishot accept in the ring: which queue its completions go to.
+struct Acceptor {
+    generation: u32,
+    queue: Option<Arc<AcceptQueue>>,
+}
+
+/// Cancels of multishot accepts requested from any thread (a listener dropped), for the
+/// driver's thread to submit on its next turn.
+struct Mailbox {
+    cancels: Mutex<Vec<u64>>,
+    unparker: Arc<Unparker>,
+}
+
+impl Mailbox {
+    fn cancel(&self, user_data: u64) {
+        self.cancels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(user_data);
+        self.unparker.unpark();
+    }
+
+    fn take(&self) -> Vec<u64> {
+        let mut cancels = self.cancels.lock().unwrap_or_else(PoisonError::into_inner);
+        if cancels.is_empty() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut *cancels)
+        }
+    }
+}
+
 /// How long `Inner::enter` may wait for a completion.
 #[derive(Clone, Copy, Debug)]
 enum Wait {
@@ -133,6 +174,14 @@ struct Inner {
     sqpoll: bool,
     /// Wakers of completed records, woken once the borrow is released.
     wakes: Vec<Waker>,
+    /// Multishot accepts, by index (`user_data`'s low bits), and the free indices.
+    acceptors: Vec<Acceptor>,
+    free_acceptors: Vec<usize>,
+    /// Multishot accept completions, delivered to their queues once the borrow is released
+    /// (delivering wakes tasks).
+    accepted: Vec<(Arc<AcceptQueue>, i32, bool)>,
+    /// False once the kernel refused a multishot accept (older than 5.19).
+    multishot_accept: bool,
     stats: UringStats,
     /// Tests: add `MSG_DONTWAIT` to recv/send so that the kernel answers `EAGAIN`, to exercise
     /// the poll-and-retry path that older kernels need.
@@ -153,6 +202,7 @@ struct Inner {
 pub struct UringDriver {
     inner: RefCell<Inner>,
     unparker: Arc<Unparker>,
+    mailbox: Arc<Mailbox>,
     /// Bit `i`: `KINDS[i]` is supported.
     supported: u16,
     defer_taskrun: bool,
@@ -224,6 +274,10 @@ impl UringDriver {
             eventfd: unparker.fd(),
             sqpoll,
             wakes: Vec::new(),
+            acceptors: Vec::new(),
+            free_acceptors: Vec::new(),
+            accepted: Vec::new(),
+            multishot_accept: true,
             stats: UringStats::default(),
             #[cfg(test)]
             force_nowait: false,
@@ -233,6 +287,10 @@ impl UringDriver {
             .map_err(|e| SetupError::from_os("arming the wake-up poll", &e, config))?;
         Ok(UringDriver {
             inner: RefCell::new(inner),
+            mailbox: Arc::new(Mailbox {
+                cancels: Mutex::new(Vec::new()),
+                unparker: unparker.clone(),
+            }),
             unparker,
             supported,
             defer_taskrun,
@@ -362,6 +420,10 @@ impl UringDriver {
     /// Wakes the wakers of the completions reaped so far (outside any borrow: a waker may run
     /// arbitrary code).
     fn wake_all(&self) {
+        let accepted = std::mem::take(&mut self.inner.borrow_mut().accepted);
+        for (queue, result, more) in accepted {
+            queue.complete(result, more);
+        }
         let mut wakes = {
             let mut inner = self.inner.borrow_mut();
             if inner.wakes.is_empty() {
@@ -706,6 +768,10 @@ impl Inner {
             wakes,
             stats,
             eventfd,
+            acceptors,
+            free_acceptors,
+            accepted,
+            multishot_accept,
             ..
         } = self;
         let mut completed = 0;
@@ -725,6 +791,29 @@ impl Inner {
                     }
                 }
                 IGNORE => {}
+                tagged if tagged & ACCEPT_TAG != 0 => {
+                    let index = (tagged & ((1 << ACCEPT_INDEX_BITS) - 1)) as usize;
+                    let generation = ((tagged & !ACCEPT_TAG) >> ACCEPT_INDEX_BITS) as u32;
+                    let Some(acceptor) = acceptors
+                        .get_mut(index)
+                        .filter(|a| a.generation == generation)
+                    else {
+                        continue;
+                    };
+                    let more = cqueue::more(cqe.flags());
+                    let queue = if more {
+                        acceptor.queue.clone()
+                    } else {
+                        free_acceptors.push(index);
+                        acceptor.queue.take()
+                    };
+                    if !more && cqe.result() == -libc::EINVAL {
+                        *multishot_accept = false;
+                    }
+                    if let Some(queue) = queue {
+                        accepted.push((queue, cqe.result(), more));
+                    }
+                }
                 slot => {
                     let Some(record) = usize::try_from(slot).ok().and_then(|s| records.get(s))
                     else {
@@ -775,7 +864,18 @@ impl Driver for UringDriver {
     }
 
     fn park(&self, timeout: Option<Duration>) -> io::Result<usize> {
+        let cancels = self.mailbox.take();
         let mut inner = self.inner.borrow_mut();
+        for user_data in cancels {
+            let entry = opcode::AsyncCancel::new(user_data)
+                .build()
+                .user_data(IGNORE);
+            // SAFETY: a cancel request holds no pointers. If the queue stays full it is lost
+            // and the request keeps its listener's socket open until the ring goes: report it.
+            if let Err(e) = unsafe { inner.push(&entry) } {
+                eprintln!("spindle-io-uring: could not cancel a multishot accept: {e}");
+            }
+        }
         let result = match timeout {
             Some(t) if t.is_zero() => inner.enter(Wait::No),
             _ => self.sleep(&mut inner, timeout),
@@ -836,6 +936,59 @@ impl Proactor for UringDriver {
             .position(|(k, _)| *k == kind)
             .is_some_and(|i| self.supported & (1 << i) != 0)
     }
+
+    fn arm_accept_multishot(&self, listener: RawFd, queue: &Arc<AcceptQueue>) -> io::Result<bool> {
+        let mut inner = self.inner.borrow_mut();
+        if !inner.multishot_accept || !self.supports(OpKind::Accept) {
+            return Ok(false);
+        }
+        let index = match inner.free_acceptors.pop() {
+            Some(index) => index,
+            None if inner.acceptors.len() < 1 << ACCEPT_INDEX_BITS => {
+                inner.acceptors.push(Acceptor {
+                    generation: 0,
+                    queue: None,
+                });
+                inner.acceptors.len() - 1
+            }
+            // 16 million listeners armed at once: accept one at a time instead.
+            None => return Ok(false),
+        };
+        let acceptor = &mut inner.acceptors[index];
+        acceptor.generation = acceptor.generation.wrapping_add(1);
+        acceptor.queue = Some(queue.clone());
+        let user_data =
+            ACCEPT_TAG | (u64::from(acceptor.generation) << ACCEPT_INDEX_BITS) | index as u64;
+        let mailbox = self.mailbox.clone();
+        if !queue.armed(Box::new(move || mailbox.cancel(user_data))) {
+            // Armed meanwhile by another task: the caller waits for that one.
+            inner.acceptors[index].queue = None;
+            inner.free_acceptors.push(index);
+            return Ok(true);
+        }
+        let entry = opcode::AcceptMulti::new(types::Fd(listener))
+            .flags(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
+            .build()
+            .user_data(user_data);
+        // SAFETY: a multishot accept holds no pointers into our memory (no address output).
+        let pushed = unsafe { inner.push(&entry) };
+        match pushed {
+            Ok(()) => inner.stats.multishot_accepts += 1,
+            Err(_) => {
+                inner.acceptors[index].queue = None;
+                inner.free_acceptors.push(index);
+            }
+        }
+        drop(inner);
+        self.wake_all();
+        match pushed {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                queue.disarmed();
+                Err(e)
+            }
+        }
+    }
 }
 
 impl Drop for UringDriver {
@@ -847,6 +1000,16 @@ impl Drop for UringDriver {
         let left = inner.cancel_in_flight(DROP_WAIT);
         // Wakers of tasks that are gone: dropping them is all that is left to do.
         inner.wakes.clear();
+        // Multishot accepts end with the ring: their listeners arm again elsewhere.
+        let accepted = std::mem::take(&mut inner.accepted);
+        for (queue, result, more) in accepted {
+            queue.complete(result, more);
+        }
+        for acceptor in &mut inner.acceptors {
+            if let Some(queue) = acceptor.queue.take() {
+                queue.disarmed();
+            }
+        }
         if left > 0 {
             // The kernel may still complete these (closing the ring cancels them, but
             // asynchronously): leak their records rather than free memory it may write.

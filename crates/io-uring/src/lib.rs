@@ -92,6 +92,19 @@
 //!   again (with `GETEVENTS`) to flush them, and the kernel's wait flushes them too. Nothing is
 //!   lost. The completion queue is twice the submission queue by default.
 //!
+//! # Multishot accept
+//!
+//! [`Proactor::arm_accept_multishot`](spindle_io::Proactor::arm_accept_multishot): a
+//! `TcpListener`'s first `accept` in a task arms one `IORING_ACCEPT_MULTISHOT` request (Linux
+//! 5.19) that accepts connection after connection into the listener's
+//! [`AcceptQueue`](spindle_io::driver::AcceptQueue); later `accept`s take from the queue with
+//! no submission at all ([`UringStats::multishot_accepts`] counts the requests armed). The
+//! request ends on an accept error (the next `accept` returns the error and arms again) or when
+//! the listener is dropped: the drop (on any thread) posts a cancel to this driver's mailbox
+//! and wakes it; its next `park` submits the cancel, and connections accepted but not taken are
+//! closed. A kernel that answers `EINVAL` turns multishot accept off for this driver (single
+//! accepts from then on).
+//!
 //! # `park`, wake-ups and cost
 //!
 //! [`Driver::park`](spindle_io::Driver::park) makes **at most one `io_uring_enter`** per call

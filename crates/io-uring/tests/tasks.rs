@@ -390,3 +390,34 @@ fn ping_pong_syscalls() {
         drop(a);
     }
 }
+
+#[test]
+fn one_multishot_accept_serves_many_connections() {
+    const N: usize = 20;
+    for driver in drivers() {
+        let exec = Exec::new(driver);
+        let listener = Rc::new(spindle_io::net::TcpListener::bind("127.0.0.1:0").unwrap());
+        let addr = listener.local_addr().unwrap();
+        let clients = std::thread::spawn(move || {
+            (0..N)
+                .map(|_| std::net::TcpStream::connect(addr).unwrap())
+                .collect::<Vec<_>>()
+        });
+        let accepted = Rc::new(Cell::new(0));
+        {
+            let (listener, accepted) = (listener.clone(), accepted.clone());
+            exec.spawn(move || {
+                for _ in 0..N {
+                    let (_conn, peer) = listener.accept().unwrap();
+                    assert!(peer.ip().is_loopback());
+                    accepted.set(accepted.get() + 1);
+                }
+            });
+        }
+        exec.run();
+        assert_eq!(accepted.get(), N);
+        // One request in the kernel accepted them all.
+        assert_eq!(exec.driver.stats().multishot_accepts, 1);
+        drop(clients.join().unwrap());
+    }
+}

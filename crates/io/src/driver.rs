@@ -30,6 +30,8 @@ use std::ptr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[cfg(unix)]
+pub use crate::accept_queue::{AcceptQueue, CancelFn, Take};
 use crate::scheduled::ScheduledIo;
 
 /// The OS handle of an IO source: a file descriptor on Unix, a `SOCKET` on Windows.
@@ -148,6 +150,25 @@ pub trait Proactor {
     fn register(&self, source: RawSource) -> io::Result<()> {
         let _ = source;
         Ok(())
+    }
+
+    /// Arms a multishot accept on `listener` (io_uring's `IORING_ACCEPT_MULTISHOT`): one
+    /// request that accepts connection after connection, each completion going to `queue`
+    /// ([`AcceptQueue::complete`]). The driver hands `queue` the function that cancels the
+    /// request ([`AcceptQueue::armed`]), callable from any thread. Returns `Ok(false)` when
+    /// this proactor has no multishot accept (the default): the caller accepts one at a time.
+    ///
+    /// # Errors
+    ///
+    /// The request could not be queued (the submission queue stays full).
+    #[cfg(unix)]
+    fn arm_accept_multishot(
+        &self,
+        listener: RawSource,
+        queue: &Arc<AcceptQueue>,
+    ) -> io::Result<bool> {
+        let _ = (listener, queue);
+        Ok(false)
     }
 }
 

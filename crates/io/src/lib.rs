@@ -17,6 +17,8 @@
 //!   sockets are Unix-only for now.
 #![deny(missing_docs)]
 
+#[cfg(unix)]
+mod accept_queue;
 pub mod driver;
 #[cfg(unix)]
 mod fd;

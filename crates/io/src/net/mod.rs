@@ -6,6 +6,8 @@
 //! block the thread, like std's.
 
 mod addr;
+#[cfg(unix)]
+mod multishot;
 mod tcp;
 mod udp;
 #[cfg(unix)]

@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use crate::driver::{Op, OpKind};
 use crate::net::addr::{ToSocketAddrs, each_addr};
+#[cfg(unix)]
+use crate::net::multishot::MultishotAccepts;
 use crate::source::{Direction, Evented};
 use crate::sys;
 
@@ -46,7 +48,11 @@ use crate::sys;
 /// # Ok::<(), std::io::Error>(())
 /// ```
 pub struct TcpListener {
-    // Declared first: dropped (deregistered) before the socket closes.
+    /// Connections a multishot accept (io_uring) took ahead of `accept`; closed (the request
+    /// cancelled) first when the listener drops.
+    #[cfg(unix)]
+    accepts: MultishotAccepts,
+    // Declared before the socket: dropped (deregistered) before it closes.
     ev: Evented,
     inner: std::net::TcpListener,
     /// Milliseconds to wait before the next accept after running out of descriptors.
@@ -71,6 +77,8 @@ impl TcpListener {
 
     fn from_nonblocking(inner: std::net::TcpListener) -> TcpListener {
         TcpListener {
+            #[cfg(unix)]
+            accepts: MultishotAccepts::default(),
             ev: Evented::new(sys::raw(&inner)),
             inner,
             backoff_ms: AtomicU32::new(0),
@@ -88,6 +96,10 @@ impl TcpListener {
     }
 
     /// The std listener (left in non-blocking mode).
+    ///
+    /// On io_uring, where a multishot accept takes connections from the kernel's backlog
+    /// ahead of [`accept`](TcpListener::accept), connections taken but not returned yet are
+    /// closed: convert a listener before it accepts, or when no client is connecting.
     pub fn into_std(self) -> std::net::TcpListener {
         let TcpListener { ev, inner, .. } = self;
         drop(ev);
@@ -125,6 +137,15 @@ impl TcpListener {
 
     #[cfg(unix)]
     fn accept_now(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        while let Some(accepted) = self.accepts.accept(&self.ev) {
+            let stream = std::net::TcpStream::from(accepted?);
+            match stream.peer_addr() {
+                Ok(peer) => return Ok((TcpStream::from_nonblocking(stream), peer)),
+                // Reset by the peer after the kernel accepted it: dead already; take the next.
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => continue,
+                Err(e) => return Err(e),
+            }
+        }
         // SAFETY: all-zero is a valid sockaddr_storage.
         let mut storage: libc::sockaddr_storage = unsafe { mem::zeroed() };
         let mut len = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
