@@ -15,6 +15,7 @@
 mod core;
 mod harness;
 mod sched;
+mod sync;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,7 +24,7 @@ use harness::{Ctx, How, RunOptions, Suite};
 
 /// Every suite, in `list` order.
 fn suites() -> Vec<Suite> {
-    vec![core::suite(), sched::suite()]
+    vec![core::suite(), sched::suite(), sync::suite()]
 }
 
 const USAGE: &str = "\
