@@ -73,11 +73,14 @@ fn build(extra: &[&str]) -> Result<PathBuf, String> {
     exe.ok_or_else(|| format!("cargo built no `{PACKAGE}` executable"))
 }
 
-/// Arguments for which the bench binary measures nothing and needs no boost copy.
+/// Arguments for which the bench binary measures nothing and needs no boost copy, or runs a
+/// suite without variant impls (`io`: its servers are child processes of the main binary).
 fn needs_boost(args: &[String]) -> bool {
     !matches!(
         args.first().map(String::as_str),
-        None | Some("list" | "backend" | "measure" | "help" | "-h" | "--help")
+        None | Some(
+            "list" | "backend" | "measure" | "serve" | "load" | "help" | "-h" | "--help" | "io"
+        )
     )
 }
 

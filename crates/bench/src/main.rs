@@ -6,6 +6,9 @@
 //! spindle-bench list
 //! spindle-bench backend                             (prints `native`, `native+fp-env` or `boost`)
 //! spindle-bench variants                            (prints `<feature> <env var>` per variant)
+//! spindle-bench serve <impl> [--cpu N]              (an `io` suite server; used for child runs)
+//! spindle-bench load <host:port> [--conns N] [--size S] [--rate R] [--secs T] [--pid P]
+//!                                                   (the `io` echo client, against any server)
 //! ```
 //!
 //! Normally run through `cargo xtask bench <suite> ...`, which builds this binary in release,
@@ -14,6 +17,7 @@
 
 mod core;
 mod harness;
+mod io;
 mod sched;
 mod sync;
 
@@ -24,7 +28,7 @@ use harness::{Ctx, How, RunOptions, Suite};
 
 /// Every suite, in `list` order.
 fn suites() -> Vec<Suite> {
-    vec![core::suite(), sched::suite(), sync::suite()]
+    vec![core::suite(), sched::suite(), io::suite(), sync::suite()]
 }
 
 const USAGE: &str = "\
@@ -34,6 +38,8 @@ usage:
   spindle-bench list
   spindle-bench backend
   spindle-bench variants
+  spindle-bench serve <impl> [--cpu N]
+  spindle-bench load <host:port> [--conns N] [--size S] [--rate R] [--secs T] [--pid P]
 
   --quick          15 ms per time sample and 3 rounds (default 100 ms and 9)
   --json PATH      write the results (value = median) as JSON
@@ -86,6 +92,8 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         "measure" => measure(&args[1..]),
+        "serve" => io::serve_main(&args[1..]),
+        "load" => io::load_main(&args[1..]),
         name => {
             let suites = suites();
             let Some(suite) = suites.iter().find(|s| s.name == name) else {
@@ -96,7 +104,8 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                 ));
             };
             let opts = parse_run_options(&args[1..])?;
-            let ok = harness::run_suite(suite, &opts)?;
+            let suite = io::prepare(suite, &opts);
+            let ok = harness::run_suite(&suite, &opts)?;
             Ok(if ok {
                 ExitCode::SUCCESS
             } else {

@@ -60,6 +60,19 @@
 //! A runtime may cancel a coroutine. A cancelled coroutine's `park` does not return: it unwinds
 //! (its destructors run), so code that waits must keep its data structures consistent when
 //! unwound from `park` — typically with a guard whose `Drop` deregisters the waiter.
+//!
+//! Some waits must not be left early: an operation that lent a buffer to the kernel (io_uring,
+//! IOCP) or to another thread must see that borrower finish before its frame goes away. Such
+//! code holds a [`CancelGuard`] ([`defer_cancel`]): while it lives, `park` never unwinds; a
+//! cancel request instead makes the next `park` return once, so the holder can notice it
+//! ([`cancel_requested`]), ask the borrower to stop, and keep waiting for it. When the guard is
+//! gone, [`checkpoint`] (or the next `park`) carries the cancellation out.
+//!
+//! # Copying stacks
+//!
+//! A coroutine on a shared (copying) stack has its stack bytes moved elsewhere while it is
+//! suspended, so nothing may keep a pointer into its stack across a `park`. Code that lends a
+//! buffer to the kernel asks [`on_copying_stack`] and bounces such buffers through the heap.
 #![deny(missing_docs)]
 
 use std::cell::Cell;
@@ -97,6 +110,39 @@ pub trait Hook {
 
     /// A waker for the current task. Only called when [`in_task`](Hook::in_task) is true.
     fn waker(&self) -> Waker;
+
+    /// Starts (`true`) or ends (`false`) one level of deferring the current task's
+    /// cancellation (see [`CancelGuard`]). Only called when [`in_task`](Hook::in_task) is true.
+    /// A runtime without cancellation keeps the default, which does nothing.
+    fn defer_cancel(&self, defer: bool) {
+        let _ = defer;
+    }
+
+    /// Whether the current task was asked to cancel (whether or not it is deferred now).
+    fn cancel_requested(&self) -> bool {
+        false
+    }
+
+    /// Unwinds the current task if it was cancelled and no [`CancelGuard`] is held; returns
+    /// otherwise.
+    fn checkpoint(&self) {}
+
+    /// Whether the current task runs on a copying (shared) stack.
+    fn on_copying_stack(&self) -> bool {
+        false
+    }
+
+    /// An operation completed without suspending (data was already there): counts against the
+    /// task's time slice, and may yield to let other tasks run when it is used up. Only called
+    /// when [`in_task`](Hook::in_task) is true. The default does nothing.
+    fn consume_budget(&self) {}
+
+    /// Starts (`true`) or ends (`false`) one level of keeping the current task on its thread
+    /// (see [`PinGuard`]). A runtime that never moves a task once it ran keeps the default,
+    /// which does nothing.
+    fn pin(&self, pin: bool) {
+        let _ = pin;
+    }
 }
 
 thread_local! {
@@ -215,6 +261,153 @@ pub fn waker() -> Waker {
         Some(hook) => hook.waker(),
         None => thread_waker(),
     }
+}
+
+/// Defers the current task's cancellation while the returned guard lives.
+///
+/// While a guard is held, [`park`] never unwinds; a cancel request makes the next `park` return
+/// (as if woken) once, so that the holder can see it with [`cancel_requested`], stop whatever
+/// borrows its frame (submit an io_uring cancel, say) and keep waiting for that to finish.
+/// Guards nest; once the last one is dropped, the next `park` or [`checkpoint`] unwinds. Outside
+/// a task it does nothing.
+///
+/// ```
+/// let _guard = spindle_park::defer_cancel();
+/// // ... lend a buffer to the kernel, wait for its completion with `park` ...
+/// assert!(!spindle_park::cancel_requested()); // outside a runtime: never
+/// ```
+pub fn defer_cancel() -> CancelGuard {
+    let active = match task_hook() {
+        Some(hook) => {
+            hook.defer_cancel(true);
+            true
+        }
+        None => false,
+    };
+    CancelGuard {
+        active,
+        _not_send: std::marker::PhantomData,
+    }
+}
+
+/// Holds off the current task's cancellation; made by [`defer_cancel`] (see there).
+#[must_use = "cancellation is deferred only while the guard lives"]
+pub struct CancelGuard {
+    active: bool,
+    /// The guard belongs to the task (and its thread) that made it.
+    _not_send: std::marker::PhantomData<*mut ()>,
+}
+
+impl CancelGuard {
+    /// The same as [`defer_cancel`].
+    pub fn new() -> Self {
+        defer_cancel()
+    }
+}
+
+impl Default for CancelGuard {
+    fn default() -> Self {
+        defer_cancel()
+    }
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        // Looked up afresh: a migratable task may have moved to another worker meanwhile.
+        if self.active
+            && let Some(hook) = task_hook()
+        {
+            hook.defer_cancel(false);
+        }
+    }
+}
+
+impl std::fmt::Debug for CancelGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CancelGuard")
+            .field("active", &self.active)
+            .finish()
+    }
+}
+
+/// Keeps the current task on its thread while the returned guard lives, even if its runtime
+/// could otherwise move it to another thread at a suspension point.
+///
+/// For code that keeps thread-bound state across a `park`: an io_uring operation is in flight
+/// on *this* worker's ring and its cancellation must be submitted there. Guards nest. Outside a
+/// task, or in a runtime that never migrates running tasks, it costs nothing.
+///
+/// ```
+/// let _pin = spindle_park::pin_to_thread();
+/// // ... park, and still be on the same thread afterwards ...
+/// ```
+pub fn pin_to_thread() -> PinGuard {
+    let active = match task_hook() {
+        Some(hook) => {
+            hook.pin(true);
+            true
+        }
+        None => false,
+    };
+    PinGuard {
+        active,
+        _not_send: std::marker::PhantomData,
+    }
+}
+
+/// Keeps the current task on its thread; made by [`pin_to_thread`] (see there).
+#[must_use = "the task is kept on its thread only while the guard lives"]
+pub struct PinGuard {
+    active: bool,
+    _not_send: std::marker::PhantomData<*mut ()>,
+}
+
+impl Drop for PinGuard {
+    fn drop(&mut self) {
+        // The task is still on the thread that pinned it (that is the point of the guard).
+        if self.active
+            && let Some(hook) = task_hook()
+        {
+            hook.pin(false);
+        }
+    }
+}
+
+impl std::fmt::Debug for PinGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinGuard")
+            .field("active", &self.active)
+            .finish()
+    }
+}
+
+/// Tells the runtime that an operation completed without suspending (data was already there),
+/// so that a task whose reads always succeed cannot keep its worker for ever: when its slice's
+/// budget is used up, this yields. Does nothing outside a task.
+pub fn consume_budget() {
+    if let Some(hook) = task_hook() {
+        hook.consume_budget();
+    }
+}
+
+/// Whether the current task was asked to cancel. False outside a task.
+pub fn cancel_requested() -> bool {
+    task_hook().is_some_and(|hook| hook.cancel_requested())
+}
+
+/// Unwinds now if the current task was cancelled and holds no [`CancelGuard`]; otherwise
+/// returns. Does nothing outside a task.
+pub fn checkpoint() {
+    if let Some(hook) = task_hook() {
+        hook.checkpoint();
+    }
+}
+
+/// Whether the current task runs on a copying (shared) stack, whose bytes move while it is
+/// suspended: a buffer on its stack must not be lent to anything that runs meanwhile. False
+/// outside a task.
+pub fn on_copying_stack() -> bool {
+    task_hook().is_some_and(|hook| hook.on_copying_stack())
 }
 
 // ---------------------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 use std::any::Any;
 use std::fmt;
-use std::marker::PhantomData;
 use std::sync::Arc;
 
 use crate::task::{Failure, State, TaskCell, TaskRef, lock};
@@ -162,9 +161,12 @@ pub(crate) fn cancel_task(task: &TaskRef) {
 }
 
 /// Holds off cancellation of the current coroutine while it lives: a critical section that
-/// must not be interrupted (between two writes that must both happen, say). A cancel that
-/// arrives meanwhile takes effect at the first suspension point after the last guard is
-/// dropped. Guards nest. Outside a coroutine it does nothing.
+/// must not be interrupted (between two writes that must both happen, say), or a wait for
+/// something that borrows the coroutine's frame. A cancel that arrives meanwhile wakes the
+/// coroutine's current or next park once (so it can notice with
+/// [`spindle_park::cancel_requested`]) and takes effect at the first suspension point after the
+/// last guard is dropped. Guards nest. Outside a coroutine it does nothing. (This is
+/// `spindle_park`'s guard: the IO and sync crates use the same one.)
 ///
 /// ```
 /// let rt = spindle_rt::Runtime::builder().workers(1).build()?;
@@ -174,48 +176,4 @@ pub(crate) fn cancel_task(task: &TaskRef) {
 /// });
 /// # Ok::<(), spindle_rt::BuildError>(())
 /// ```
-pub struct CancelGuard {
-    active: bool,
-    _not_send: PhantomData<*mut ()>,
-}
-
-impl CancelGuard {
-    /// Starts holding off cancellation.
-    pub fn new() -> Self {
-        let active = match worker::current_task_header() {
-            Some(h) => {
-                h.no_cancel.set(h.no_cancel.get() + 1);
-                true
-            }
-            None => false,
-        };
-        CancelGuard {
-            active,
-            _not_send: PhantomData,
-        }
-    }
-}
-
-impl Default for CancelGuard {
-    fn default() -> Self {
-        CancelGuard::new()
-    }
-}
-
-impl Drop for CancelGuard {
-    fn drop(&mut self) {
-        if self.active
-            && let Some(h) = worker::current_task_header()
-        {
-            h.no_cancel.set(h.no_cancel.get().saturating_sub(1));
-        }
-    }
-}
-
-impl fmt::Debug for CancelGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CancelGuard")
-            .field("active", &self.active)
-            .finish()
-    }
-}
+pub use spindle_park::CancelGuard;

@@ -30,6 +30,38 @@
 //! through `spindle_park`, so the same code blocks a plain thread when it runs outside a
 //! runtime.
 //!
+//! # IO
+//!
+//! Each worker owns an IO driver ([`IoBackend`]: io_uring, epoll, kqueue, IOCP or the portable
+//! `polling` one; by default the platform's best, `SPINDLE_IO` to choose) and sleeps in it when
+//! it has nothing to run. The blocking-style types of `spindle-io` (`TcpStream`, `UdpSocket`,
+//! `File`...) suspend only the calling coroutine:
+//!
+//! ```
+//! use std::io::{Read, Write};
+//! use spindle_io::net::{TcpListener, TcpStream};
+//!
+//! let rt = spindle_rt::Runtime::builder().workers(1).build()?;
+//! let reply = rt.block_on(|| -> std::io::Result<String> {
+//!     let listener = TcpListener::bind("127.0.0.1:0")?;
+//!     let addr = listener.local_addr()?;
+//!     let server = spindle_rt::spawn(move || -> std::io::Result<()> {
+//!         let (mut conn, _) = listener.accept()?; // suspends this coroutine only
+//!         let mut buf = [0; 5];
+//!         conn.read_exact(&mut buf)?;
+//!         conn.write_all(&buf)
+//!     });
+//!     let mut client = TcpStream::connect(&addr)?;
+//!     client.write_all(b"hello")?;
+//!     let mut back = String::new();
+//!     client.read_to_string(&mut back)?;
+//!     server.join().unwrap()?;
+//!     Ok(back)
+//! })?;
+//! assert_eq!(reply, "hello");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Policies: which one when
 //!
 //! | [`Policy`] | queues | use it for |
@@ -65,6 +97,7 @@
 mod blocking;
 mod coop;
 mod current;
+mod io;
 mod join;
 mod local;
 mod metrics;
@@ -79,6 +112,7 @@ mod worker;
 pub use blocking::blocking;
 pub use coop::{consume_budget, yield_now};
 pub use current::{Current, current, park, park_timeout, try_current};
+pub use io::{DriverFactory, IoBackend};
 pub use join::{CancelGuard, JoinError, JoinHandle};
 pub use local::LocalKey;
 pub use metrics::{Metrics, WorkerMetrics};

@@ -11,6 +11,7 @@ use spindle_sched::{Fifo, Idle, Notify, Policy as _, Reason, RoundRobin, WorkSte
 use spindle_stack::{PoolConfig, PoolKind, StackPool};
 
 use crate::blocking::BlockingPool;
+use crate::io::{IoBackend, Resolved};
 use crate::metrics::{Metrics, WorkerCounters};
 use crate::task::{TaskRef, lock};
 use crate::worker;
@@ -84,6 +85,7 @@ pub struct RuntimeBuilder {
     blocking_keep_alive: Duration,
     shared_stack_size: usize,
     stack_pool: Option<PoolConfig>,
+    io: IoBackend,
 }
 
 impl fmt::Debug for RuntimeBuilder {
@@ -93,6 +95,7 @@ impl fmt::Debug for RuntimeBuilder {
             .field("policy", &self.policy)
             .field("stack", &self.stack)
             .field("thread_name", &self.thread_name)
+            .field("io", &self.io)
             .finish_non_exhaustive()
     }
 }
@@ -107,6 +110,9 @@ pub enum BuildError {
     Stack(spindle_stack::StackError),
     /// A worker thread could not be spawned.
     Thread(std::io::Error),
+    /// The IO backend could not be set up (an explicitly chosen one that this kernel refuses,
+    /// or `SPINDLE_IO` naming no backend); the message says which and why.
+    Io(std::io::Error),
 }
 
 impl fmt::Display for BuildError {
@@ -115,6 +121,7 @@ impl fmt::Display for BuildError {
             BuildError::Invalid(why) => write!(f, "invalid runtime configuration: {why}"),
             BuildError::Stack(e) => write!(f, "cannot set up the runtime's stacks: {e}"),
             BuildError::Thread(e) => write!(f, "cannot spawn a worker thread: {e}"),
+            BuildError::Io(e) => write!(f, "cannot set up the IO driver: {e}"),
         }
     }
 }
@@ -124,7 +131,7 @@ impl std::error::Error for BuildError {
         match self {
             BuildError::Invalid(_) => None,
             BuildError::Stack(e) => Some(e),
-            BuildError::Thread(e) => Some(e),
+            BuildError::Thread(e) | BuildError::Io(e) => Some(e),
         }
     }
 }
@@ -143,6 +150,7 @@ impl Default for RuntimeBuilder {
             blocking_keep_alive: Duration::from_secs(10),
             shared_stack_size: 256 * 1024,
             stack_pool: None,
+            io: IoBackend::Auto,
         }
     }
 }
@@ -224,6 +232,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// The IO backend of the workers (default [`IoBackend::Auto`]: `SPINDLE_IO`, else the
+    /// platform's best, with a logged fallback from io_uring to epoll).
+    pub fn io(mut self, backend: IoBackend) -> Self {
+        self.io = backend;
+        self
+    }
+
     /// How long an idle blocking-pool thread waits for work before it exits; default 10 s.
     pub fn blocking_keep_alive(mut self, keep_alive: Duration) -> Self {
         self.blocking_keep_alive = keep_alive;
@@ -276,6 +291,7 @@ impl RuntimeBuilder {
             }
         };
         let stacks = StackPool::new(pool_config).map_err(BuildError::Stack)?;
+        let io = self.io.resolve().map_err(BuildError::Io)?;
         let policy = match self.policy {
             Policy::Fifo => PolicyImpl::Fifo(Fifo::new(workers).map_err(sched_error)?),
             Policy::RoundRobin => {
@@ -289,7 +305,11 @@ impl RuntimeBuilder {
             id: NEXT_RUNTIME_ID.fetch_add(1, Ordering::Relaxed),
             policy,
             idle: Idle::new(workers).map_err(sched_error)?,
-            threads: (0..workers).map(|_| OnceLock::new()).collect(),
+            unparkers: (0..workers).map(|_| OnceLock::new()).collect(),
+            io_name: match &io {
+                Resolved::None => "none",
+                Resolved::Factory(name, _) => name,
+            },
             counters: (0..workers).map(|_| WorkerCounters::default()).collect(),
             tasks: TaskRegistry::new(),
             closing: AtomicBool::new(false),
@@ -301,26 +321,27 @@ impl RuntimeBuilder {
             next_deal: AtomicUsize::new(0),
         });
         let mut handles = Vec::with_capacity(workers);
+        // Each worker reports whether it could make its IO driver before `build` returns.
+        let (started_tx, started_rx) = std::sync::mpsc::channel::<std::io::Result<()>>();
         for index in 0..workers {
             let shared2 = shared.clone();
             let on_start = self.on_start.clone();
             let on_stop = self.on_stop.clone();
+            let io = io.clone();
+            let started = started_tx.clone();
             let spawned = thread::Builder::new()
                 .name(format!("{}-{index}", self.thread_name))
                 .spawn(move || {
                     if let Some(f) = &on_start {
                         f();
                     }
-                    worker::run(shared2, index);
+                    worker::run(shared2, index, &io, started);
                     if let Some(f) = &on_stop {
                         f();
                     }
                 });
             match spawned {
-                Ok(handle) => {
-                    let _ = shared.threads[index].set(handle.thread().clone());
-                    handles.push(handle);
-                }
+                Ok(handle) => handles.push(handle),
                 Err(e) => {
                     shared.close();
                     for h in handles {
@@ -329,6 +350,28 @@ impl RuntimeBuilder {
                     return Err(BuildError::Thread(e));
                 }
             }
+        }
+        drop(started_tx);
+        let mut failure = None;
+        for _ in 0..workers {
+            match started_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    failure.get_or_insert(BuildError::Io(e));
+                }
+                Err(_) => {
+                    failure.get_or_insert(BuildError::Thread(std::io::Error::other(
+                        "a worker thread exited while starting",
+                    )));
+                }
+            }
+        }
+        if let Some(e) = failure {
+            shared.close();
+            for h in handles {
+                let _ = h.join();
+            }
+            return Err(e);
         }
         let monitor = shared
             .stuck_threshold
@@ -461,8 +504,11 @@ pub(crate) struct Shared {
     pub(crate) id: u64,
     pub(crate) policy: PolicyImpl,
     pub(crate) idle: Idle,
-    /// Each worker's thread, to unpark it.
-    pub(crate) threads: Vec<OnceLock<Thread>>,
+    /// How to wake each worker (its driver's unparker, or its thread), set by the worker
+    /// before it first sleeps.
+    pub(crate) unparkers: Vec<OnceLock<WorkerUnpark>>,
+    /// The IO backend's name.
+    pub(crate) io_name: &'static str,
     pub(crate) counters: Vec<WorkerCounters>,
     pub(crate) tasks: TaskRegistry,
     /// Shutting down: no new tasks.
@@ -485,7 +531,7 @@ impl Shared {
     }
 
     pub(crate) fn workers(&self) -> usize {
-        self.threads.len()
+        self.unparkers.len()
     }
 
     /// Makes `task` runnable: pushes it to the policy and wakes a worker if needed.
@@ -513,14 +559,14 @@ impl Shared {
     }
 
     pub(crate) fn unpark(&self, w: usize) {
-        if let Some(t) = self.threads[w].get() {
-            t.unpark();
+        if let Some(u) = self.unparkers[w].get() {
+            u.unpark();
         }
     }
 
     pub(crate) fn unpark_all(&self) {
-        for t in self.threads.iter().filter_map(OnceLock::get) {
-            t.unpark();
+        for u in self.unparkers.iter().filter_map(OnceLock::get) {
+            u.unpark();
         }
     }
 
@@ -538,6 +584,23 @@ impl Shared {
         self.closing.store(true, Ordering::Release);
         self.stop.store(true, Ordering::Release);
         self.unpark_all();
+    }
+}
+
+/// How a sleeping worker is woken.
+pub(crate) enum WorkerUnpark {
+    /// It sleeps in `std::thread::park` (no IO driver).
+    Thread(Thread),
+    /// It sleeps in its driver's `park`.
+    Driver(Arc<dyn spindle_io::Unpark>),
+}
+
+impl WorkerUnpark {
+    pub(crate) fn unpark(&self) {
+        match self {
+            WorkerUnpark::Thread(t) => t.unpark(),
+            WorkerUnpark::Driver(u) => u.unpark(),
+        }
     }
 }
 
@@ -586,6 +649,12 @@ impl Runtime {
     /// Counters of the runtime and its workers.
     pub fn metrics(&self) -> Metrics {
         crate::metrics::snapshot(&self.shared)
+    }
+
+    /// The IO backend the workers use: `"io_uring"`, `"epoll"`, `"kqueue"`, `"iocp"`,
+    /// `"polling"`, `"custom"` or `"none"`.
+    pub fn io_backend(&self) -> &'static str {
+        self.shared.io_name
     }
 
     /// Shuts down: cancels every coroutine still alive, waits up to `timeout` for them to
@@ -656,5 +725,10 @@ impl Handle {
     /// Counters of the runtime and its workers.
     pub fn metrics(&self) -> Metrics {
         crate::metrics::snapshot(&self.shared)
+    }
+
+    /// The IO backend the workers use (see [`Runtime::io_backend`]).
+    pub fn io_backend(&self) -> &'static str {
+        self.shared.io_name
     }
 }

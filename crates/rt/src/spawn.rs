@@ -283,6 +283,8 @@ where
         yielder: AtomicPtr::new(std::ptr::null_mut()),
         park_seq: AtomicU64::new(0),
         no_cancel: Cell::new(0),
+        copying: builder.stack == Some(StackKind::Shared),
+        pins: Cell::new(0),
         timer: Cell::new(None),
         shared: shared.clone(),
         locals: UnsafeCell::new(crate::local::Locals::default()),

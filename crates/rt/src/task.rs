@@ -93,6 +93,11 @@ pub(crate) struct Header {
     pub(crate) park_seq: AtomicU64,
     /// Depth of `CancelGuard`s held by the running coroutine: cancellation waits while > 0.
     pub(crate) no_cancel: Cell<u32>,
+    /// The coroutine runs on a copying (shared) stack.
+    pub(crate) copying: bool,
+    /// Depth of `spindle_park::PinGuard`s held by a migratable coroutine: while > 0 its home
+    /// is the worker it runs on (touched only by the running coroutine).
+    pub(crate) pins: Cell<u32>,
     /// The timer armed by the current park: (worker, key). Written by the worker after the
     /// coroutine parked, read by the coroutine when it resumes (never at the same time).
     pub(crate) timer: Cell<Option<(usize, spindle_timer::TimerKey)>>,
@@ -102,7 +107,7 @@ pub(crate) struct Header {
     pub(crate) locals: UnsafeCell<crate::local::Locals>,
 }
 
-// SAFETY: `no_cancel`, `timer` and `locals` are only touched by the coroutine of this task while it runs,
+// SAFETY: `no_cancel`, `pins`, `timer` and `locals` are only touched by the coroutine of this task while it runs,
 // and a task runs on one thread at a time (the RUNNING flag, taken with a CAS, excludes other
 // workers; the hand-off between workers goes through the policy's queues, which synchronize).
 // Everything else is atomic or immutable.
@@ -174,7 +179,10 @@ impl Header {
         let (_, new) = self
             .update(|s| {
                 let idle = s & !State::RUNNING;
-                Some(if s & (State::NOTIFIED | State::CANCELLED) != 0 {
+                // A cancel the coroutine defers (a `CancelGuard`) already woke it once (it
+                // sets NOTIFIED too); re-queueing for it on every park would spin.
+                let cancel_now = s & State::CANCELLED != 0 && self.no_cancel.get() == 0;
+                Some(if s & State::NOTIFIED != 0 || cancel_now {
                     idle | State::QUEUED
                 } else {
                     idle

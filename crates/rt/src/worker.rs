@@ -28,13 +28,15 @@ use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::Waker;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use spindle_io::Driver;
 use spindle_park::{Hook, Wake};
 use spindle_sched::{Popped, Reason};
 use spindle_timer::{TimerKey, TimerWheel};
 
-use crate::runtime::Shared;
+use crate::io::Resolved;
+use crate::runtime::{Shared, WorkerUnpark};
 use crate::task::{CancelUnwind, Header, NO_HOME, Suspend, TaskRef};
 
 /// Operations a coroutine may complete without blocking before it must yield.
@@ -45,6 +47,10 @@ const SPIN: std::time::Duration = std::time::Duration::from_micros(20);
 
 /// Timers are checked at most every this many loop iterations while the worker is busy.
 const TIMER_CHECK_EVERY: u32 = 16;
+
+/// The driver is polled (without blocking) every this many loop iterations while the worker
+/// is busy (tokio's choice: a prime, so that it does not beat with other periods).
+const DRIVER_POLL_EVERY: u32 = 61;
 
 /// A timer armed by a park with a deadline.
 pub(crate) struct TimerEntry {
@@ -71,6 +77,10 @@ pub(crate) struct WorkerCtx {
     loops: Cell<u32>,
     /// This worker's shared (copying) stack region, made on first use.
     region: RefCell<Option<spindle_stack::SharedStack>>,
+    /// The IO driver (none with `IoBackend::None`): the worker sleeps in it and polls it.
+    driver: Option<Box<dyn Driver>>,
+    /// A failure of the driver's wait was reported already.
+    driver_error_logged: Cell<bool>,
 }
 
 thread_local! {
@@ -119,8 +129,31 @@ pub(crate) fn current_task() -> Option<TaskRef> {
     (!task.is_null()).then(|| unsafe { (*task).clone() })
 }
 
-/// The body of a worker thread.
-pub(crate) fn run(shared: Arc<Shared>, index: usize) {
+/// The body of a worker thread: makes its IO driver (reporting the outcome on `started`),
+/// then runs the scheduling loop until the runtime stops.
+pub(crate) fn run(
+    shared: Arc<Shared>,
+    index: usize,
+    io: &Resolved,
+    started: std::sync::mpsc::Sender<std::io::Result<()>>,
+) {
+    let driver: Option<Box<dyn Driver>> = match io {
+        Resolved::None => None,
+        Resolved::Factory(_, make) => match make() {
+            Ok(d) => Some(d),
+            Err(e) => {
+                let _ = started.send(Err(e));
+                return;
+            }
+        },
+    };
+    let unpark = match &driver {
+        Some(d) => WorkerUnpark::Driver(d.unparker()),
+        None => WorkerUnpark::Thread(std::thread::current()),
+    };
+    let _ = shared.unparkers[index].set(unpark);
+    let _ = started.send(Ok(()));
+    drop(started);
     let ctx = WorkerCtx {
         index,
         shared,
@@ -131,6 +164,8 @@ pub(crate) fn run(shared: Arc<Shared>, index: usize) {
         slice_epoch: Cell::new(0),
         loops: Cell::new(0),
         region: RefCell::new(None),
+        driver,
+        driver_error_logged: Cell::new(false),
     };
     CURRENT.with(|c| c.set(&ctx));
     struct Unset;
@@ -142,7 +177,11 @@ pub(crate) fn run(shared: Arc<Shared>, index: usize) {
     let _unset = Unset;
     // Stacks and the alternate signal stack for overflow messages.
     let _ = spindle_stack::prepare_thread();
-    spindle_park::with_hook(&ctx, || ctx.schedule_loop());
+    let run_loop = || spindle_park::with_hook(&ctx, || ctx.schedule_loop());
+    spindle_io::with_blocking_pool(&ctx.shared.blocking, || match ctx.driver.as_deref() {
+        Some(driver) => spindle_io::with_driver(driver, run_loop),
+        None => run_loop(),
+    });
     // Timers still armed hold tasks; drop them here, on the worker.
     drop(ctx.timers.borrow_mut().clear());
 }
@@ -151,6 +190,9 @@ impl WorkerCtx {
     fn schedule_loop(&self) {
         let shared = &*self.shared;
         let counters = &shared.counters[self.index];
+        // With one worker nobody else can hand us work (only IO or foreign threads, which
+        // wake the driver), so spinning would only burn CPU.
+        let may_spin = shared.workers() > 1;
         let mut spinning = false;
         let mut spin_until = Instant::now();
         loop {
@@ -161,6 +203,11 @@ impl WorkerCtx {
             self.loops.set(loops);
             if loops.is_multiple_of(TIMER_CHECK_EVERY) {
                 self.fire_timers(Instant::now());
+            }
+            if loops.is_multiple_of(DRIVER_POLL_EVERY) {
+                // Busy: still dispatch IO events now and then, so that coroutines waiting for
+                // IO are not starved by ones that never wait.
+                self.poll_driver(Some(Duration::ZERO));
             }
             if let Some(popped) = shared.policy.pop(self.index) {
                 // Always (not only when this loop decided to spin): a worker woken by
@@ -178,7 +225,15 @@ impl WorkerCtx {
             if shared.policy.has_work(self.index) {
                 continue;
             }
-            if !spinning && shared.idle.begin_spin(self.index) {
+            if may_spin
+                && !spinning
+                && self.driver.is_some()
+                && self.poll_driver(Some(Duration::ZERO)) > 0
+            {
+                // IO made work: no need to spin or sleep.
+                continue;
+            }
+            if may_spin && !spinning && shared.idle.begin_spin(self.index) {
                 // Spin a little before sleeping: waking a sleeping thread costs tens of
                 // microseconds (far more on virtual machines), and work often comes right back
                 // (a coroutine on another worker answers). While this worker spins, pushes do
@@ -206,16 +261,45 @@ impl WorkerCtx {
             }
             let deadline = self.timers.borrow().next_deadline();
             counters.parks.fetch_add(1, Ordering::Relaxed);
-            match deadline {
-                None => std::thread::park(),
-                Some(deadline) => {
-                    let now = Instant::now();
-                    if deadline > now {
-                        std::thread::park_timeout(deadline - now);
-                    }
+            let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if self.driver.is_some() {
+                // Sleeps in the driver: IO events and `unpark` (from the idle protocol's
+                // notifications) both end it.
+                self.poll_driver(timeout);
+            } else {
+                match timeout {
+                    None => std::thread::park(),
+                    Some(t) if !t.is_zero() => std::thread::park_timeout(t),
+                    Some(_) => {}
                 }
             }
             shared.idle.woke(self.index);
+        }
+    }
+
+    /// Waits up to `timeout` (`None`: until woken) in the driver and dispatches its events;
+    /// returns how many. Without a driver, returns 0 at once.
+    fn poll_driver(&self, timeout: Option<Duration>) -> usize {
+        let Some(driver) = self.driver.as_deref() else {
+            return 0;
+        };
+        match driver.park(timeout) {
+            Ok(n) => n,
+            Err(e) => {
+                // The driver's own wait failed (not an operation): report it once, and sleep
+                // briefly instead so that a persistent failure does not spin.
+                if !self.driver_error_logged.replace(true) {
+                    eprintln!(
+                        "spindle: worker {}: the {} IO driver's wait failed: {e}",
+                        self.index,
+                        driver.name()
+                    );
+                }
+                if timeout != Some(Duration::ZERO) {
+                    std::thread::park_timeout(timeout.unwrap_or(Duration::from_millis(10)));
+                }
+                0
+            }
         }
     }
 
@@ -231,7 +315,8 @@ impl WorkerCtx {
         }
         for entry in due {
             if entry.task.header().timer_fired(entry.seq) {
-                self.shared.schedule_from(Some(self.index), entry.task, Reason::Woken);
+                self.shared
+                    .schedule_from(Some(self.index), entry.task, Reason::Woken);
             }
         }
     }
@@ -264,7 +349,8 @@ impl WorkerCtx {
             None => {}
             Some(Suspend::Yield) => {
                 header.yield_done();
-                self.shared.schedule_from(Some(self.index), task, Reason::Yielded);
+                self.shared
+                    .schedule_from(Some(self.index), task, Reason::Yielded);
             }
             Some(Suspend::Park(deadline)) => {
                 if let Some(deadline) = deadline {
@@ -280,7 +366,8 @@ impl WorkerCtx {
                 }
                 // Invariant 1: published as idle only now that its context is saved.
                 if header.park_done() {
-                    self.shared.schedule_from(Some(self.index), task, Reason::Woken);
+                    self.shared
+                        .schedule_from(Some(self.index), task, Reason::Woken);
                 }
             }
         }
@@ -323,6 +410,64 @@ impl Hook for WorkerCtx {
             Some(task) => task.0.waker(),
             None => Waker::noop().clone(),
         }
+    }
+
+    fn defer_cancel(&self, defer: bool) {
+        // SAFETY: only called when `in_task` is true: the running coroutine's header, kept
+        // alive by this worker while it runs.
+        let header = unsafe { &*self.current_header.get() };
+        let depth = header.no_cancel.get();
+        header.no_cancel.set(if defer {
+            depth + 1
+        } else {
+            depth.saturating_sub(1)
+        });
+    }
+
+    fn cancel_requested(&self) -> bool {
+        // SAFETY: as in `defer_cancel`.
+        let header = unsafe { &*self.current_header.get() };
+        header.load() & crate::task::State::CANCELLED != 0
+    }
+
+    fn checkpoint(&self) {
+        // SAFETY: as in `defer_cancel`.
+        let header = unsafe { &*self.current_header.get() };
+        if header.should_unwind() {
+            std::panic::resume_unwind(Box::new(CancelUnwind));
+        }
+    }
+
+    fn consume_budget(&self) {
+        crate::coop::consume_budget_here();
+    }
+
+    fn pin(&self, pin: bool) {
+        // SAFETY: as in `defer_cancel`.
+        let header = unsafe { &*self.current_header.get() };
+        if !header.migratable {
+            // Pinned to its first worker for life anyway (invariant 2).
+            return;
+        }
+        let depth = header.pins.get();
+        if pin {
+            if depth == 0 {
+                // Wake-ups route a task with a home to that worker's queue, and stealing
+                // leaves it alone: exactly "stay here".
+                header.home.store(self.index, Ordering::Release);
+            }
+            header.pins.set(depth + 1);
+        } else {
+            header.pins.set(depth.saturating_sub(1));
+            if depth == 1 {
+                header.home.store(NO_HOME, Ordering::Release);
+            }
+        }
+    }
+
+    fn on_copying_stack(&self) -> bool {
+        // SAFETY: as in `defer_cancel`.
+        unsafe { (*self.current_header.get()).copying }
     }
 }
 

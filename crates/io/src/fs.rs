@@ -1,0 +1,370 @@
+//! Files that suspend only the calling coroutine: native operations on io_uring, the runtime's
+//! blocking pool on readiness backends (regular files are always "ready" to epoll and kqueue,
+//! and then block the thread in the kernel), the calling thread outside a runtime.
+
+use std::fmt;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use crate::driver::{Op, OpKind};
+use crate::source::Evented;
+
+/// The largest buffer bounced through the heap for a coroutine on a copying stack.
+const BOUNCE_MAX: usize = 1 << 20;
+
+/// An open file.
+///
+/// Like [`std::fs::File`] (`Read`, `Write`, `Seek`, also for `&File`), but reads, writes and
+/// syncs suspend only the calling coroutine.
+///
+/// ```
+/// use std::io::{Read, Write};
+/// let path = std::env::temp_dir().join(format!("spindle-fs-doc-{}", std::process::id()));
+/// let mut f = spindle_io::fs::File::create(&path)?;
+/// f.write_all(b"file contents")?;
+/// f.sync_all()?;
+/// let mut s = String::new();
+/// spindle_io::fs::File::open(&path)?.read_to_string(&mut s)?;
+/// assert_eq!(s, "file contents");
+/// spindle_io::fs::remove_file(&path)?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub struct File {
+    ev: Evented,
+    inner: std::fs::File,
+}
+
+impl File {
+    /// Opens a file for reading.
+    ///
+    /// # Errors
+    ///
+    /// As [`std::fs::File::open`].
+    pub fn open<P: AsRef<Path>>(path: P) -> io::Result<File> {
+        let path = path.as_ref();
+        Ok(File::from_std(crate::offload(|| {
+            std::fs::File::open(path)
+        })??))
+    }
+
+    /// Creates (or truncates) a file for writing.
+    ///
+    /// # Errors
+    ///
+    /// As [`std::fs::File::create`].
+    pub fn create<P: AsRef<Path>>(path: P) -> io::Result<File> {
+        let path = path.as_ref();
+        Ok(File::from_std(crate::offload(|| {
+            std::fs::File::create(path)
+        })??))
+    }
+
+    /// Opens a file with `options`.
+    ///
+    /// # Errors
+    ///
+    /// As [`std::fs::OpenOptions::open`].
+    pub fn open_with<P: AsRef<Path>>(path: P, options: &std::fs::OpenOptions) -> io::Result<File> {
+        let path = path.as_ref();
+        Ok(File::from_std(crate::offload(|| options.open(path))??))
+    }
+
+    /// Wraps a std file.
+    pub fn from_std(file: std::fs::File) -> File {
+        File {
+            ev: Evented::new(file.as_raw_fd()),
+            inner: file,
+        }
+    }
+
+    /// The std file.
+    pub fn into_std(self) -> std::fs::File {
+        let File { ev, inner } = self;
+        drop(ev);
+        inner
+    }
+
+    /// Flushes data and metadata to the device (`fsync`).
+    ///
+    /// # Errors
+    ///
+    /// As [`std::fs::File::sync_all`].
+    pub fn sync_all(&self) -> io::Result<()> {
+        self.sync(false)
+    }
+
+    /// Flushes data to the device (`fdatasync`).
+    ///
+    /// # Errors
+    ///
+    /// As [`std::fs::File::sync_data`].
+    pub fn sync_data(&self) -> io::Result<()> {
+        self.sync(true)
+    }
+
+    fn sync(&self, data_only: bool) -> io::Result<()> {
+        if let Some(r) = self.ev.completion(OpKind::Fsync, |p, fd| {
+            p.submit(Op::Fsync { fd, data_only }, None)
+        }) {
+            return r.map(drop);
+        }
+        crate::offload(|| {
+            if data_only {
+                self.inner.sync_data()
+            } else {
+                self.inner.sync_all()
+            }
+        })?
+    }
+
+    /// Truncates or extends the file.
+    ///
+    /// # Errors
+    ///
+    /// As [`std::fs::File::set_len`].
+    pub fn set_len(&self, size: u64) -> io::Result<()> {
+        crate::offload(|| self.inner.set_len(size))?
+    }
+
+    /// The file's metadata.
+    ///
+    /// # Errors
+    ///
+    /// As [`std::fs::File::metadata`].
+    pub fn metadata(&self) -> io::Result<std::fs::Metadata> {
+        crate::offload(|| self.inner.metadata())?
+    }
+
+    /// Reads at `offset` without moving the file position (`pread`).
+    ///
+    /// # Errors
+    ///
+    /// As [`std::os::unix::fs::FileExt::read_at`].
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.read_impl(buf, Some(offset))
+    }
+
+    /// Writes at `offset` without moving the file position (`pwrite`).
+    ///
+    /// # Errors
+    ///
+    /// As [`std::os::unix::fs::FileExt::write_at`].
+    pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        self.write_impl(buf, Some(offset))
+    }
+
+    fn read_impl(&self, buf: &mut [u8], offset: Option<u64>) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if let Some(r) = self.ev.completion(OpKind::Read, |p, fd| {
+            if spindle_park::on_copying_stack() {
+                let mut bounce = vec![0u8; buf.len().min(BOUNCE_MAX)];
+                let n = p.submit(
+                    Op::Read {
+                        fd,
+                        buf: &mut bounce,
+                        offset,
+                    },
+                    None,
+                )?;
+                let n = n.min(bounce.len());
+                buf[..n].copy_from_slice(&bounce[..n]);
+                Ok(n)
+            } else {
+                p.submit(Op::Read { fd, buf, offset }, None)
+            }
+        }) {
+            return r;
+        }
+        let file = &self.inner;
+        let read = move |buf: &mut [u8]| match offset {
+            None => (&*file).read(buf),
+            Some(at) => file.read_at(buf, at),
+        };
+        if spindle_park::on_copying_stack() {
+            // The pool thread must not write into a stack whose bytes move meanwhile.
+            let mut bounce = vec![0u8; buf.len().min(BOUNCE_MAX)];
+            let (n, bounce) = crate::offload(move || {
+                let n = read(&mut bounce);
+                (n, bounce)
+            })?;
+            let n = n?.min(buf.len());
+            buf[..n].copy_from_slice(&bounce[..n]);
+            Ok(n)
+        } else {
+            crate::offload(|| read(buf))?
+        }
+    }
+
+    fn write_impl(&self, buf: &[u8], offset: Option<u64>) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if let Some(r) = self.ev.completion(OpKind::Write, |p, fd| {
+            if spindle_park::on_copying_stack() {
+                let bounce = buf[..buf.len().min(BOUNCE_MAX)].to_vec();
+                p.submit(
+                    Op::Write {
+                        fd,
+                        buf: &bounce,
+                        offset,
+                    },
+                    None,
+                )
+            } else {
+                p.submit(Op::Write { fd, buf, offset }, None)
+            }
+        }) {
+            return r;
+        }
+        let file = &self.inner;
+        let write = move |buf: &[u8]| match offset {
+            None => (&*file).write(buf),
+            Some(at) => file.write_at(buf, at),
+        };
+        if spindle_park::on_copying_stack() {
+            let bounce = buf[..buf.len().min(BOUNCE_MAX)].to_vec();
+            crate::offload(move || write(&bounce))?
+        } else {
+            crate::offload(|| write(buf))?
+        }
+    }
+}
+
+impl Read for File {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_impl(buf, None)
+    }
+}
+
+impl Read for &File {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_impl(buf, None)
+    }
+}
+
+impl Write for File {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_impl(buf, None)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Write for &File {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_impl(buf, None)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Seek for File {
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        // lseek(2) never blocks.
+        self.inner.seek(pos)
+    }
+}
+
+impl Seek for &File {
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        (&self.inner).seek(pos)
+    }
+}
+
+impl AsFd for File {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.inner.as_fd()
+    }
+}
+
+impl AsRawFd for File {
+    fn as_raw_fd(&self) -> RawFd {
+        self.inner.as_raw_fd()
+    }
+}
+
+impl From<std::fs::File> for File {
+    fn from(file: std::fs::File) -> File {
+        File::from_std(file)
+    }
+}
+
+impl From<File> for std::fs::File {
+    fn from(file: File) -> std::fs::File {
+        file.into_std()
+    }
+}
+
+impl fmt::Debug for File {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("File")
+            .field("fd", &self.inner.as_raw_fd())
+            .finish()
+    }
+}
+
+/// Reads a whole file (on the blocking pool in a runtime).
+///
+/// # Errors
+///
+/// As [`std::fs::read`].
+pub fn read<P: AsRef<Path>>(path: P) -> io::Result<Vec<u8>> {
+    let path = path.as_ref();
+    crate::offload(|| std::fs::read(path))?
+}
+
+/// Reads a whole file as UTF-8.
+///
+/// # Errors
+///
+/// As [`std::fs::read_to_string`].
+pub fn read_to_string<P: AsRef<Path>>(path: P) -> io::Result<String> {
+    let path = path.as_ref();
+    crate::offload(|| std::fs::read_to_string(path))?
+}
+
+/// Writes a whole file (created or truncated).
+///
+/// # Errors
+///
+/// As [`std::fs::write`].
+pub fn write<P: AsRef<Path>, C: AsRef<[u8]>>(path: P, contents: C) -> io::Result<()> {
+    let (path, contents) = (path.as_ref(), contents.as_ref());
+    crate::offload(|| std::fs::write(path, contents))?
+}
+
+/// Removes a file.
+///
+/// # Errors
+///
+/// As [`std::fs::remove_file`].
+pub fn remove_file<P: AsRef<Path>>(path: P) -> io::Result<()> {
+    let path = path.as_ref();
+    crate::offload(|| std::fs::remove_file(path))?
+}
+
+/// Creates a directory and its missing parents.
+///
+/// # Errors
+///
+/// As [`std::fs::create_dir_all`].
+pub fn create_dir_all<P: AsRef<Path>>(path: P) -> io::Result<()> {
+    let path = path.as_ref();
+    crate::offload(|| std::fs::create_dir_all(path))?
+}
+
+/// A path's metadata (following symlinks).
+///
+/// # Errors
+///
+/// As [`std::fs::metadata`].
+pub fn metadata<P: AsRef<Path>>(path: P) -> io::Result<std::fs::Metadata> {
+    let path = path.as_ref();
+    crate::offload(|| std::fs::metadata(path))?
+}

@@ -1,0 +1,512 @@
+//! What every IO type shares: how to wait for its source, whichever driver (or none) the
+//! calling code runs under.
+//!
+//! Each operation picks one of three paths, decided afresh per call (a source may be used from
+//! several runtimes and plain threads over its life):
+//!
+//! * **completion**: the current driver is a [`Proactor`] that supports the operation: submit it
+//!   with the caller's buffer and park until it completes (the task is pinned to its thread
+//!   meanwhile: the operation lives in this worker's ring or port);
+//! * **readiness**: the current driver has a [`Reactor`]: try the non-blocking call; on
+//!   `EWOULDBLOCK` register (once per reactor), wait in the source's [`ScheduledIo`], retry;
+//! * **thread**: no runtime task here: try the non-blocking call; on `EWOULDBLOCK` block the
+//!   thread in `poll(2)` (`WSAPoll` on Windows) until ready or the deadline, retry. The std
+//!   types' behaviour, timeouts included.
+//!
+//! Sources are always in non-blocking mode, so all three paths can share one.
+
+use std::io;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::driver::{Driver, Op, OpKind, Proactor, RawSource, Reactor};
+use crate::scheduled::{Interest, ScheduledIo};
+
+/// One registration of a source with a reactor.
+struct Registration {
+    reactor: Arc<dyn Reactor>,
+    io: Arc<ScheduledIo>,
+}
+
+/// The waiting machinery of one source.
+///
+/// Registrations are kept until the source is dropped (a source registers again only when it
+/// moves to another runtime, so the list stays tiny). That lets `current` point at the latest
+/// one without a lock: what it points to lives as long as `self`.
+pub(crate) struct Evented {
+    fd: RawSource,
+    /// The latest registration's `ScheduledIo` (null: none yet), owned by `regs`.
+    current: AtomicPtr<ScheduledIo>,
+    regs: Mutex<Vec<Registration>>,
+    /// Read and write timeouts in nanoseconds (`NO_TIMEOUT`: none).
+    read_timeout: AtomicU64,
+    write_timeout: AtomicU64,
+    /// The driver whose proactor knows this source (its address; 0: none).
+    proactor: AtomicUsize,
+}
+
+const NO_TIMEOUT: u64 = u64::MAX;
+
+/// The largest buffer bounced through the heap for a task on a copying stack (a read or write
+/// may transfer less than asked, so larger buffers are served in parts).
+const BOUNCE_MAX: usize = 64 * 1024;
+
+/// In a runtime without an IO driver, a wait occupies a blocking-pool thread for at most this
+/// long at a time (then the task checks for cancellation and waits again).
+const OFFLOADED_WAIT_SLICE: Duration = Duration::from_millis(50);
+
+/// Which way an operation waits.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Direction {
+    Read,
+    Write,
+}
+
+impl Direction {
+    fn interest(self) -> Interest {
+        match self {
+            Direction::Read => Interest::READABLE,
+            Direction::Write => Interest::WRITABLE,
+        }
+    }
+}
+
+impl Evented {
+    pub(crate) fn new(fd: RawSource) -> Evented {
+        Evented {
+            fd,
+            current: AtomicPtr::new(ptr::null_mut()),
+            regs: Mutex::new(Vec::new()),
+            read_timeout: AtomicU64::new(NO_TIMEOUT),
+            write_timeout: AtomicU64::new(NO_TIMEOUT),
+            proactor: AtomicUsize::new(0),
+        }
+    }
+
+    pub(crate) fn fd(&self) -> RawSource {
+        self.fd
+    }
+
+    fn regs(&self) -> MutexGuard<'_, Vec<Registration>> {
+        // Nothing is left half-done under this lock by a panic (a push or a read).
+        self.regs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the timeout of one direction (`None`: wait for ever).
+    ///
+    /// # Errors
+    ///
+    /// A zero duration (`InvalidInput`, as std's `set_read_timeout`).
+    pub(crate) fn set_timeout(&self, dir: Direction, timeout: Option<Duration>) -> io::Result<()> {
+        let nanos = match timeout {
+            Some(d) if d.is_zero() => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "cannot set a 0 duration timeout",
+                ));
+            }
+            Some(d) => u64::try_from(d.as_nanos()).unwrap_or(NO_TIMEOUT - 1),
+            None => NO_TIMEOUT,
+        };
+        self.slot(dir).store(nanos, Ordering::Relaxed);
+        Ok(())
+    }
+
+    pub(crate) fn timeout(&self, dir: Direction) -> Option<Duration> {
+        match self.slot(dir).load(Ordering::Relaxed) {
+            NO_TIMEOUT => None,
+            nanos => Some(Duration::from_nanos(nanos)),
+        }
+    }
+
+    fn slot(&self, dir: Direction) -> &AtomicU64 {
+        match dir {
+            Direction::Read => &self.read_timeout,
+            Direction::Write => &self.write_timeout,
+        }
+    }
+
+    /// The deadline of an operation in `dir` that starts now.
+    pub(crate) fn deadline(&self, dir: Direction) -> Option<Instant> {
+        self.timeout(dir)
+            .and_then(|t| Instant::now().checked_add(t))
+    }
+
+    /// The `ScheduledIo` of the latest registration, if any.
+    fn current_io(&self) -> Option<&ScheduledIo> {
+        let io = self.current.load(Ordering::Acquire);
+        // SAFETY: `current` only ever points at the `ScheduledIo` of an entry of `regs`, whose
+        // `Arc` is kept until `self` is dropped; the reference cannot outlive `&self`.
+        (!io.is_null()).then(|| unsafe { &*io })
+    }
+
+    /// Runs a non-blocking call `op` until it does not fail with `EWOULDBLOCK`, waiting for
+    /// `dir`'s readiness in between (readiness or thread path), until `deadline`.
+    pub(crate) fn readiness_op<R>(
+        &self,
+        dir: Direction,
+        deadline: Option<Instant>,
+        mut op: impl FnMut() -> io::Result<R>,
+    ) -> io::Result<R> {
+        let mut first = true;
+        loop {
+            // The snapshot is taken before the call: an event that arrives after the call
+            // failed moves the tick, and the clear below then erases nothing.
+            let snapshot = self
+                .current_io()
+                .map(|io| (io as *const ScheduledIo, io.readiness()));
+            match op() {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                done => {
+                    if first {
+                        // Done without suspending: count it, so that a task whose source is
+                        // always ready cannot keep its worker for ever.
+                        spindle_park::consume_budget();
+                    }
+                    return done;
+                }
+            }
+            first = false;
+            self.wait_ready(dir.interest(), deadline, snapshot)?;
+        }
+    }
+
+    /// Waits until the source may be ready for `interest`, with no call made before (so no
+    /// readiness to clear): a spurious return is possible, as documented where this is used.
+    #[cfg(unix)]
+    pub(crate) fn wait_ready_now(
+        &self,
+        interest: Interest,
+        deadline: Option<Instant>,
+    ) -> io::Result<()> {
+        // Without a call to report "not ready", a readiness left set by an old event would end
+        // this wait at once; so a zero-timeout poll decides first whether it is ready *now*.
+        if poll_thread(self.fd, interest, Some(Instant::now())).is_ok() {
+            return Ok(());
+        }
+        let snapshot = self
+            .current_io()
+            .map(|io| (io as *const ScheduledIo, io.readiness()));
+        self.wait_ready(interest, deadline, snapshot)
+    }
+
+    /// Waits until the source may be ready for `interest` (after a call failed with
+    /// `EWOULDBLOCK`), or `deadline` (`TimedOut`).
+    fn wait_ready(
+        &self,
+        interest: Interest,
+        deadline: Option<Instant>,
+        snapshot: Option<(*const ScheduledIo, crate::ReadyEvent)>,
+    ) -> io::Result<()> {
+        match crate::driver::current(|d| d.reactor()) {
+            Some(Some(current)) => {
+                // Re-armed with the reactor that holds the registration, which is not the
+                // current worker's when the source was registered on another one.
+                let (reactor, io) = self.registration(current)?;
+                if let Some((at, event)) = snapshot
+                    && ptr::eq(at, Arc::as_ptr(&io))
+                {
+                    io.clear_readiness(event, interest);
+                }
+                reactor.rearm(self.fd, &io, interest)?;
+                io.wait(interest, deadline).map(drop)
+            }
+            // A completion driver (its operations were not used for this call), or no task:
+            // wait for the source itself. In a task on a completion driver, the proactor's
+            // poll operation suspends only the task; elsewhere the thread blocks.
+            Some(None) => self.poll_via_proactor(interest, deadline),
+            // A task of a runtime without an IO driver: the wait goes to the blocking pool, so
+            // only this task waits (with no pool installed, `offload` runs it right here).
+            None if spindle_park::in_task() => self.wait_offloaded(interest, deadline),
+            None => poll_thread(self.fd, interest, deadline),
+        }
+    }
+
+    /// Waits for readiness on a blocking-pool thread (`poll_thread` there) while only the
+    /// calling task waits.
+    fn wait_offloaded(&self, interest: Interest, deadline: Option<Instant>) -> io::Result<()> {
+        // In slices, so that a cancellation (carried out when each slice returns) is not held
+        // off until the source becomes ready.
+        let fd = self.fd;
+        loop {
+            let slice_end = Instant::now() + OFFLOADED_WAIT_SLICE;
+            let until = deadline.map_or(slice_end, |d| d.min(slice_end));
+            match crate::offload(move || poll_thread(fd, interest, Some(until)))? {
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(e);
+                    }
+                }
+                done => return done,
+            }
+        }
+    }
+
+    /// The registration to wait in, and its reactor: the latest one while its driver lives
+    /// (whichever worker that is), else a new one with `current`, the current worker's reactor.
+    fn registration(
+        &self,
+        current: Arc<dyn Reactor>,
+    ) -> io::Result<(Arc<dyn Reactor>, Arc<ScheduledIo>)> {
+        let mut regs = self.regs();
+        if let Some(latest) = regs.last()
+            && latest.reactor.is_alive()
+        {
+            // Still dispatched (by whichever worker owns it): keep using it, even from another
+            // worker; its events wake us wherever we run.
+            return Ok((latest.reactor.clone(), latest.io.clone()));
+        }
+        let io = current.register(self.fd)?;
+        self.current
+            .store(Arc::as_ptr(&io).cast_mut(), Ordering::Release);
+        regs.push(Registration {
+            reactor: current.clone(),
+            io: io.clone(),
+        });
+        Ok((current, io))
+    }
+
+    fn poll_via_proactor(&self, interest: Interest, deadline: Option<Instant>) -> io::Result<()> {
+        #[cfg(unix)]
+        {
+            let _pin = spindle_park::pin_to_thread();
+            let result = crate::driver::current(|d| match d.proactor() {
+                Some(p) if p.supports(OpKind::Poll) => {
+                    let op = if interest.is_readable() {
+                        Op::PollReadable { fd: self.fd }
+                    } else {
+                        Op::PollWritable { fd: self.fd }
+                    };
+                    Some(p.submit(op, deadline).map(drop))
+                }
+                _ => None,
+            });
+            if let Some(Some(done)) = result {
+                return done;
+            }
+        }
+        // No poll operation (IOCP has none): the wait goes to the blocking pool in a task, so
+        // that it does not block the worker's thread and the other tasks on it.
+        if spindle_park::in_task() {
+            self.wait_offloaded(interest, deadline)
+        } else {
+            poll_thread(self.fd, interest, deadline)
+        }
+    }
+
+    /// Runs `submit` with the current proactor if there is one that supports `kind`; `None`
+    /// means "no completion path here: use the readiness path".
+    pub(crate) fn completion<R>(
+        &self,
+        kind: OpKind,
+        submit: impl FnOnce(&dyn Proactor, RawSource) -> io::Result<R>,
+    ) -> Option<io::Result<R>> {
+        if !spindle_park::in_task() {
+            return None;
+        }
+        // The operation lives in this worker's ring or port: cancelling it must happen there.
+        let _pin = spindle_park::pin_to_thread();
+        crate::driver::current(|d: &dyn Driver| {
+            let p = d.proactor()?;
+            if !p.supports(kind) {
+                return None;
+            }
+            if let Err(e) = self.proactor_registration(d) {
+                return Some(Err(e));
+            }
+            Some(submit(p, self.fd))
+        })
+        .flatten()
+    }
+
+    /// Whether operations here would go through a proactor.
+    pub(crate) fn has_proactor(&self) -> bool {
+        spindle_park::in_task()
+            && crate::driver::current(|d| d.proactor().is_some()).unwrap_or(false)
+    }
+
+    /// Tells the current proactor about this source once (IOCP associates the socket).
+    fn proactor_registration(&self, driver: &dyn Driver) -> io::Result<()> {
+        let id = driver as *const dyn Driver as *const () as usize;
+        if self.proactor.load(Ordering::Acquire) == id {
+            return Ok(());
+        }
+        let p = driver
+            .proactor()
+            .ok_or_else(|| io::Error::other("no proactor"))?;
+        p.register(self.fd)?;
+        self.proactor.store(id, Ordering::Release);
+        Ok(())
+    }
+
+    /// A read-like operation: through the proactor (`make` builds the op on a buffer; buffers
+    /// on a copying stack are bounced through the heap), else the non-blocking call `nb` with
+    /// readiness waits.
+    pub(crate) fn read_op(
+        &self,
+        kind: OpKind,
+        buf: &mut [u8],
+        deadline: Option<Instant>,
+        make: impl for<'b> FnOnce(RawSource, &'b mut [u8]) -> Op<'b>,
+        mut nb: impl FnMut(&mut [u8]) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        if let Some(r) = self.completion(kind, |p, fd| {
+            if spindle_park::on_copying_stack() {
+                // Invariant 3: the kernel must not hold a pointer into a stack whose bytes move
+                // while the task is suspended.
+                let mut bounce = vec![0u8; buf.len().min(BOUNCE_MAX)];
+                let n = p.submit(make(fd, &mut bounce), deadline)?;
+                let n = n.min(bounce.len());
+                buf[..n].copy_from_slice(&bounce[..n]);
+                Ok(n)
+            } else {
+                p.submit(make(fd, buf), deadline)
+            }
+        }) {
+            return r;
+        }
+        self.readiness_op(Direction::Read, deadline, || nb(buf))
+    }
+
+    /// A write-like operation; see [`read_op`](Evented::read_op).
+    pub(crate) fn write_op(
+        &self,
+        kind: OpKind,
+        buf: &[u8],
+        deadline: Option<Instant>,
+        make: impl for<'b> FnOnce(RawSource, &'b [u8]) -> Op<'b>,
+        mut nb: impl FnMut(&[u8]) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        if let Some(r) = self.completion(kind, |p, fd| {
+            if spindle_park::on_copying_stack() {
+                let bounce = buf[..buf.len().min(BOUNCE_MAX)].to_vec();
+                p.submit(make(fd, &bounce), deadline)
+            } else {
+                p.submit(make(fd, buf), deadline)
+            }
+        }) {
+            return r;
+        }
+        self.readiness_op(Direction::Write, deadline, || nb(buf))
+    }
+
+    /// Removes every live registration (before the source is closed or handed out).
+    pub(crate) fn deregister(&self) {
+        let regs = std::mem::take(&mut *self.regs());
+        self.current.store(ptr::null_mut(), Ordering::Release);
+        for reg in regs {
+            if reg.reactor.is_alive() {
+                // An error means the fd is already gone from the reactor; nothing to undo.
+                let _ = reg.reactor.deregister(self.fd, &reg.io);
+            }
+        }
+    }
+}
+
+impl Drop for Evented {
+    fn drop(&mut self) {
+        self.deregister();
+    }
+}
+
+impl std::fmt::Debug for Evented {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Evented")
+            .field("fd", &self.fd)
+            .field("registrations", &self.regs().len())
+            .finish()
+    }
+}
+
+/// `poll(2)`'s timeout for `deadline`: -1 for none, 0 when it has passed, else the time left
+/// rounded *up* to whole milliseconds (a deadline 0.3 ms away must not become a busy 0 ms
+/// poll).
+fn poll_timeout_ms(deadline: Option<Instant>) -> i32 {
+    match deadline {
+        None => -1,
+        Some(deadline) => {
+            let left = deadline.saturating_duration_since(Instant::now());
+            i32::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX)
+        }
+    }
+}
+
+/// Blocks the thread until `fd` is ready for `interest` or `deadline` passes (a deadline that
+/// has passed still polls once).
+#[cfg(unix)]
+pub(crate) fn poll_thread(
+    fd: RawSource,
+    interest: Interest,
+    deadline: Option<Instant>,
+) -> io::Result<()> {
+    let mut events = 0;
+    if interest.is_readable() {
+        events |= libc::POLLIN | libc::POLLPRI;
+    }
+    if interest.is_writable() {
+        events |= libc::POLLOUT;
+    }
+    let mut pfd = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    loop {
+        let timeout_ms = poll_timeout_ms(deadline);
+        // SAFETY: `pfd` is a valid pollfd for the duration of the call; nfds = 1.
+        let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        match n {
+            -1 => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            0 if timeout_ms >= 0 && deadline.is_none_or(|d| Instant::now() >= d) => {
+                return Err(io::Error::from(io::ErrorKind::TimedOut));
+            }
+            0 => {}
+            _ => return Ok(()), // ready, or an error/hang-up the next call reports
+        }
+    }
+}
+
+/// Blocks the thread until `socket` is ready for `interest` or `deadline` passes.
+#[cfg(windows)]
+pub(crate) fn poll_thread(
+    socket: RawSource,
+    interest: Interest,
+    deadline: Option<Instant>,
+) -> io::Result<()> {
+    use windows_sys::Win32::Networking::WinSock::{
+        POLLRDNORM, POLLWRNORM, SOCKET_ERROR, WSAPOLLFD, WSAPoll,
+    };
+    let mut events = 0;
+    if interest.is_readable() {
+        events |= POLLRDNORM;
+    }
+    if interest.is_writable() {
+        events |= POLLWRNORM;
+    }
+    let mut pfd = WSAPOLLFD {
+        fd: socket as _,
+        events,
+        revents: 0,
+    };
+    loop {
+        let timeout_ms = poll_timeout_ms(deadline);
+        // SAFETY: `pfd` is a valid WSAPOLLFD for the duration of the call; count = 1.
+        let n = unsafe { WSAPoll(&mut pfd, 1, timeout_ms) };
+        match n {
+            SOCKET_ERROR => return Err(io::Error::last_os_error()),
+            0 if timeout_ms >= 0 && deadline.is_none_or(|d| Instant::now() >= d) => {
+                return Err(io::Error::from(io::ErrorKind::TimedOut));
+            }
+            0 => {}
+            _ => return Ok(()),
+        }
+    }
+}
