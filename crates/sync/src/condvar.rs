@@ -59,7 +59,8 @@ impl WaitTimeoutResult {
 /// * **Timeouts**: a notification that races with the deadline wins: the wait reports
 ///   `timed_out() == false` and the notification is not lost.
 /// * **Cancellation**: a coroutine cancelled while waiting leaves the queue; a `notify_one`
-///   that had chosen it is passed on to the next waiter. It does not re-lock the mutex (its
+///   that had chosen it is passed on to the next waiter — also when the cancellation comes
+///   while it re-locks the mutex after the notification. It does not re-lock the mutex (its
 ///   guard was given to `wait`).
 pub struct Condvar {
     queue: StdMutex<VecDeque<Arc<Waiter>>>,
@@ -187,7 +188,15 @@ impl Condvar {
                 true
             }
         };
-        (mutex.lock(), WaitTimeoutResult(timed_out))
+        // Re-locking may park, and a cancelled coroutine's park unwinds: a `notify_one` this
+        // waiter took would then be lost with it, so pass it on.
+        let pass_on = PassOnUnwind {
+            cv: self,
+            armed: outcome == Some(OP_ONE),
+        };
+        let guard = mutex.lock();
+        std::mem::forget(pass_on);
+        (guard, WaitTimeoutResult(timed_out))
     }
 
     fn remove(&self, cx: &Arc<Waiter>) {
@@ -240,6 +249,20 @@ impl Drop for AbandonOnUnwind<'_> {
         if self.cx.try_abort() {
             self.cv.remove(self.cx);
         } else if self.cx.completed_after_abort_failed() == OP_ONE {
+            self.cv.notify_one();
+        }
+    }
+}
+
+/// Passes a taken `notify_one` on if the re-lock after the wait unwinds.
+struct PassOnUnwind<'a> {
+    cv: &'a Condvar,
+    armed: bool,
+}
+
+impl Drop for PassOnUnwind<'_> {
+    fn drop(&mut self) {
+        if self.armed {
             self.cv.notify_one();
         }
     }

@@ -170,6 +170,23 @@ impl Semaphore {
         self.acquire_many_timeout(1, timeout)
     }
 
+    /// Acquires one permit, waiting until `deadline` at most.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use spindle_sync::{AcquireError, Semaphore};
+    ///
+    /// let sem = Semaphore::new(1);
+    /// let p = sem.acquire().unwrap();
+    /// let soon = Instant::now() + Duration::from_millis(5);
+    /// assert_eq!(sem.acquire_deadline(soon).unwrap_err(), AcquireError::TimedOut);
+    /// drop(p);
+    /// assert!(sem.acquire_deadline(soon).is_ok());
+    /// ```
+    pub fn acquire_deadline(&self, deadline: Instant) -> Result<SemaphorePermit<'_>, AcquireError> {
+        self.acquire_many_deadline(1, deadline)
+    }
+
     /// Acquires one permit if one is available now and nobody is queued.
     pub fn try_acquire(&self) -> Result<SemaphorePermit<'_>, AcquireError> {
         self.try_acquire_many(1)

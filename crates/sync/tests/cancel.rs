@@ -121,6 +121,41 @@ fn condvar_cancelled_waiter_does_not_swallow_notify() {
 }
 
 #[test]
+fn condvar_waiter_cancelled_while_relocking_passes_notify_on() {
+    // `first` is notified while the notifier holds the mutex, so it blocks re-locking; it is
+    // cancelled there. The `notify_one` it took must reach `second`.
+    let rt = rt();
+    let pair = Arc::new((Mutex::new(0u32), Condvar::new()));
+    let first = {
+        let p = pair.clone();
+        rt.spawn(move || drop(p.1.wait(p.0.lock())))
+    };
+    eventually("first waits", || {
+        format!("{:?}", pair.1).contains("waiters: 1")
+    });
+    let second = {
+        let p = pair.clone();
+        rt.spawn(move || p.1.wait_timeout(p.0.lock(), ms(10_000)).1.timed_out())
+    };
+    eventually("second waits", || {
+        format!("{:?}", pair.1).contains("waiters: 2")
+    });
+    let g = pair.0.lock();
+    pair.1.notify_one(); // chooses `first`, which then queues on the mutex
+    eventually("first leaves the condvar", || {
+        format!("{:?}", pair.1).contains("waiters: 1")
+    });
+    std::thread::sleep(ms(20));
+    first.cancel();
+    cancelled(first.join());
+    drop(g);
+    assert!(
+        !second.join().unwrap(),
+        "the notify_one was lost with `first`"
+    );
+}
+
+#[test]
 fn notify_cancelled_waiter_then_permit_is_stored() {
     let rt = rt();
     let n = Arc::new(Notify::new());

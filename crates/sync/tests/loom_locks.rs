@@ -293,24 +293,52 @@ fn condvar_cancelled_waiter_passes_notify_on() {
 }
 
 #[test]
+fn condvar_timeout_races_notify() {
+    // `a` waits with a timeout (loom's timed park gives up at once unless woken) while `b`
+    // waits for the flag. The one `notify_one` after the flag is set either completes `a`
+    // (which then says so, and we notify again for `b`) or, if `a` timed out, reaches `b`: a
+    // notification lost to `a`'s timeout leaves `b` blocked, which loom reports.
+    model("condvar_timeout_races_notify", || {
+        let pair = Arc::new((Mutex::new(false), Condvar::new()));
+        let a = {
+            let pair = pair.clone();
+            thread::spawn(move || {
+                let g = pair.0.lock();
+                let (_g, r) = pair.1.wait_until(g, later());
+                !r.timed_out()
+            })
+        };
+        let b = {
+            let pair = pair.clone();
+            thread::spawn(move || drop(pair.1.wait_while(pair.0.lock(), |ready| !*ready)))
+        };
+        *pair.0.lock() = true;
+        pair.1.notify_one();
+        if a.join().unwrap() {
+            pair.1.notify_one();
+        }
+        b.join().unwrap();
+    });
+}
+
+#[test]
 fn notify_permit_not_lost_and_passed_on() {
     model("notify_permit_not_lost_and_passed_on", || {
         let n = Arc::new(Notify::new());
         let c = {
             let n = n.clone();
-            thread::spawn(move || {
-                let _ = cancelled_at_park(|| n.wait());
-            })
+            thread::spawn(move || cancelled_at_park(|| n.wait()).is_some())
         };
         let t = {
             let n = n.clone();
             thread::spawn(move || n.notify_one())
         };
-        c.join().unwrap();
+        let consumed = c.join().unwrap();
         t.join().unwrap();
-        // Either the cancelled waiter consumed the permit before parking (it returned), or the
-        // notification is still there for us.
-        let _ = n.wait_timeout(std::time::Duration::ZERO);
+        // Either the waiter consumed the notification (it returned) or, cancelled, it left it
+        // stored for the next wait: exactly one of the two.
+        let stored = n.wait_timeout(std::time::Duration::ZERO);
+        assert_ne!(consumed, stored, "consumed: {consumed}, stored: {stored}");
     });
 }
 
@@ -349,6 +377,21 @@ fn barrier_cancelled_waiter_withdraws() {
         };
         let mine = b.wait().is_leader();
         assert_ne!(w.join().unwrap(), mine, "one leader");
+    });
+}
+
+#[test]
+fn barrier_two_rounds_one_leader_each() {
+    model("barrier_two_rounds_one_leader_each", || {
+        let b = Arc::new(Barrier::new(2));
+        let t = {
+            let b = b.clone();
+            thread::spawn(move || [b.wait().is_leader(), b.wait().is_leader()])
+        };
+        let mine = [b.wait().is_leader(), b.wait().is_leader()];
+        let theirs = t.join().unwrap();
+        assert_ne!(mine[0], theirs[0], "one leader in round 1");
+        assert_ne!(mine[1], theirs[1], "one leader in round 2");
     });
 }
 
