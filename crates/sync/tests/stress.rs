@@ -306,3 +306,78 @@ fn stress_barrier_rounds() {
     );
     assert_eq!(leaders.load(Ordering::SeqCst), 20);
 }
+
+#[test]
+fn stress_shared_stack_coroutines_wait_everywhere() {
+    // Coroutines on the workers' shared (copying) stacks wait on a mutex, a condvar, a
+    // semaphore, a channel and a select while 4 threads do the same. Their stack bytes are
+    // copied out while they are suspended (DESIGN.md invariant 3): a waiter record on a
+    // coroutine stack would be read or written while elsewhere, and the counts below (or the
+    // process) would show it.
+    const ROUNDS: u64 = 50;
+    let rt = rt();
+    let m = Arc::new(Mutex::new(0u64));
+    let cv = Arc::new((Mutex::new(0u64), Condvar::new()));
+    let sem = Arc::new(Semaphore::new(2));
+    let (tx, rx) = mpmc::bounded::<u64>(1);
+    let (tick_tx, tick_rx) = mpmc::bounded::<()>(0);
+    let work = {
+        let (m, cv, sem, tx, tick_rx) = (m.clone(), cv.clone(), sem.clone(), tx, tick_rx);
+        Arc::new(move |i: u64| {
+            for r in 0..ROUNDS {
+                *m.lock() += 1;
+                {
+                    let _p = sem.acquire().unwrap();
+                    let mut g = cv.0.lock();
+                    *g += 1;
+                    cv.1.notify_all();
+                }
+                tx.send(i * ROUNDS + r).unwrap();
+                select! {
+                    recv(tick_rx) -> _ => {},
+                    default(Duration::from_micros(50)) => {},
+                }
+            }
+        })
+    };
+    let hs: Vec<_> = (0..COROUTINES as u64)
+        .map(|i| {
+            let w = work.clone();
+            // SAFETY: the coroutine lends nothing on its stack to anything that runs while it
+            // is suspended (the primitives keep their waiter records on the heap).
+            unsafe { spindle_rt::Builder::new().shared_stack() }
+                .spawn_on(&rt.handle(), move || w(i))
+                .expect("spawn")
+        })
+        .collect();
+    let ts: Vec<_> = (0..THREADS as u64)
+        .map(|i| {
+            let w = work.clone();
+            std::thread::spawn(move || w(COROUTINES as u64 + i))
+        })
+        .collect();
+    drop(work);
+    let total = (COROUTINES + THREADS) as u64 * ROUNDS;
+    let waiter = {
+        let cv = cv.clone();
+        std::thread::spawn(move || {
+            drop(cv.1.wait_while(cv.0.lock(), |n| *n < total));
+        })
+    };
+    let ticker = std::thread::spawn(move || while tick_tx.send(()).is_ok() {});
+    let mut seen = vec![false; total as usize];
+    for _ in 0..total {
+        let k = rx.recv().unwrap() as usize;
+        assert!(!seen[k], "message {k} twice");
+        seen[k] = true;
+    }
+    ts.into_iter().for_each(|t| t.join().expect("thread"));
+    hs.into_iter().for_each(|h| h.join().expect("coroutine"));
+    waiter.join().unwrap();
+    drop(rx);
+    assert_eq!(*m.lock(), total);
+    assert_eq!(sem.available_permits(), 2);
+    // The ticker stops once every receiver of its channel is gone (the coroutines' clones
+    // went with `work`).
+    ticker.join().unwrap();
+}
