@@ -102,9 +102,10 @@
 //!   the channel's recent blocked operations were completed from *other* threads (a peer on
 //!   another worker or a plain thread answers within microseconds, while a park and wake-up can
 //!   cost a sleeping worker thread's wake-up); a peer on the same worker cannot run while one
-//!   spins, so completions from the waiter's own thread turn spinning off. A coroutine whose
-//!   operations keep completing while it spins still suspends now and then (one completion in
-//!   32 is taken through a park).
+//!   spins, so completions from the waiter's own thread turn spinning off. A spinning waiter is
+//!   not woken (it sees the completion by itself). An operation completed while spinning
+//!   counts against the runtime's cooperative budget (`spindle_park::consume_budget`), so a
+//!   coroutine whose operations keep completing that way still yields its worker now and then.
 //! * Boost.Fiber's channel status matrix maps onto the result types: *success* `Ok`, *empty*
 //!   `TryRecvError::Empty`, *full* `TrySendError::Full`, *closed* `…::Disconnected`,
 //!   *timeout* `…::Timeout`.

@@ -228,7 +228,11 @@ impl<T: ?Sized> DataCell<T> {
 // The parker.
 
 #[cfg(not(loom))]
-pub(crate) use spindle_park::{Wake, park, park_until, waker};
+pub(crate) use spindle_park::{Wake, consume_budget, park, park_until, waker};
+
+/// Loom has no runtime budget to consume.
+#[cfg(loom)]
+pub(crate) fn consume_budget() {}
 
 #[cfg(loom)]
 pub(crate) use self::loom_park::{park, park_until, waker};

@@ -32,12 +32,19 @@ use std::sync::Arc;
 use std::task::Waker;
 use std::time::Instant;
 
-use crate::loom::{AtomicUsize, Ordering, Wake, park, park_until, spin_wait, waker};
+use crate::loom::{AtomicU8, AtomicUsize, Ordering, Wake, park, park_until, spin_wait, waker};
 
 const WAITING: usize = 0;
 const BUSY: usize = 1;
 const ABORTED: usize = 2;
 const OP0: usize = 3;
+
+/// [`Waiter::sleep`]: the waiter parks (or may park): its completer must wake it.
+const PARKS: u8 = 0;
+/// [`Waiter::sleep`]: the waiter is spinning on its state word: its completer need not wake it.
+const SPINS: u8 = 1;
+/// [`Waiter::sleep`]: the completer saw `SPINS` and did not wake it.
+const SKIPPED: u8 = 2;
 
 /// A waiting task's record. See the module docs.
 #[derive(Debug)]
@@ -49,6 +56,11 @@ pub(crate) struct Waiter {
     /// The OS thread of the party that completed it, written before the state is published
     /// (0: not recorded). Channels use it to decide whether spinning before parking pays.
     by: AtomicUsize,
+    /// Whether the completer must wake the waiter (`PARKS`), or it spins and will see the
+    /// state word change by itself (`SPINS`; the completer then swaps in `SKIPPED`). One swap
+    /// each side decides: a waiter that stops spinning swaps `PARKS` back in, and if it finds
+    /// `SKIPPED` it was completed and no wake-up is coming, so it must not park.
+    sleep: AtomicU8,
 }
 
 /// A token of the current OS thread (the address of a thread-local): equal tokens, same
@@ -76,6 +88,7 @@ impl Waiter {
             waker: waker(),
             home: thread_token(),
             by: AtomicUsize::new(0),
+            sleep: AtomicU8::new(PARKS),
         }
     }
 
@@ -128,9 +141,17 @@ impl Waiter {
         self.state.load(Ordering::Relaxed) == WAITING
     }
 
-    /// Wakes the waiting task.
+    /// Wakes the waiting task; called once, by whoever completed the waiter
+    /// ([`try_select`](Self::try_select), [`publish`](Self::publish)), after that. Skipped
+    /// while the waiter spins (it sees the completion by itself): waking a running task costs
+    /// a read-modify-write on its (remote) state and leaves a permit its next park must eat.
     #[inline]
     pub(crate) fn wake(&self) {
+        if self.sleep.load(Ordering::Relaxed) == SPINS
+            && self.sleep.swap(SKIPPED, Ordering::AcqRel) == SPINS
+        {
+            return;
+        }
         self.waker.wake_by_ref();
     }
 
@@ -176,58 +197,51 @@ impl Waiter {
     }
 
     /// Spins (without parking) for about `budget` while the waiter is still waiting; true if
-    /// it was completed meanwhile. Never spins under loom.
+    /// it was completed meanwhile. Under loom it checks once (loom explores the completion
+    /// racing with the end of the spin).
+    ///
+    /// While it spins, completers do not wake it (see [`wake`](Self::wake)). When the spin
+    /// ends without a completion the waiter takes the wake-up back (`PARKS`); if a completer
+    /// had skipped it meanwhile, the waiter was completed and must not park: true.
     pub(crate) fn spin(&self, budget: std::time::Duration) -> bool {
-        #[cfg(not(loom))]
-        {
-            let start = Instant::now();
-            loop {
-                for _ in 0..32 {
-                    if self.state.load(Ordering::Relaxed) != WAITING {
-                        take_wake_now_and_then();
-                        return true;
-                    }
-                    std::hint::spin_loop();
+        if self.sleep.swap(SPINS, Ordering::AcqRel) != PARKS {
+            return true; // (not reached: one spin per waiter)
+        }
+        if self.spin_on_state(budget) {
+            // Completed. A completer that saw `SPINS` did not wake us; one that saw `PARKS`
+            // (before our swap) did, and that wake-up stays as a permit (the next park of
+            // this task returns at once; every wait loops on its condition).
+            crate::loom::consume_budget();
+            return true;
+        }
+        if self.sleep.swap(PARKS, Ordering::AcqRel) == SKIPPED {
+            crate::loom::consume_budget();
+            return true;
+        }
+        false
+    }
+
+    #[cfg(not(loom))]
+    fn spin_on_state(&self, budget: std::time::Duration) -> bool {
+        let start = Instant::now();
+        loop {
+            for _ in 0..32 {
+                if self.state.load(Ordering::Relaxed) != WAITING {
+                    return true;
                 }
-                if start.elapsed() >= budget {
-                    return false;
-                }
+                std::hint::spin_loop();
+            }
+            if start.elapsed() >= budget {
+                return false;
             }
         }
-        #[cfg(loom)]
-        {
-            let _ = budget;
-            false
-        }
+    }
+
+    #[cfg(loom)]
+    fn spin_on_state(&self, _budget: std::time::Duration) -> bool {
+        self.state.load(Ordering::Relaxed) != WAITING
     }
 }
-
-/// After a spin caught a completion: the completer wakes us right after publishing, and that
-/// wake-up stays as the task's permit (the next park returns at once, and the wait loops).
-/// One time in [`TAKE_WAKE_EVERY`] per thread, take it now with a park instead: a coroutine
-/// whose operations keep completing while it spins then still reaches a suspension point now
-/// and then (the runtime counts the completed park against its cooperative budget, and
-/// suspends it if the wake-up has not arrived yet), rather than keeping its worker for as
-/// long as its peer keeps answering.
-#[cfg(not(loom))]
-fn take_wake_now_and_then() {
-    use std::cell::Cell;
-    thread_local! {
-        static SPUN: Cell<u32> = const { Cell::new(0) };
-    }
-    let n = SPUN.try_with(|c| {
-        let n = c.get().wrapping_add(1);
-        c.set(n);
-        n
-    });
-    if n.is_ok_and(|n| n % TAKE_WAKE_EVERY == 0) {
-        park();
-    }
-}
-
-/// See [`take_wake_now_and_then`].
-#[cfg(not(loom))]
-const TAKE_WAKE_EVERY: u32 = 32;
 
 /// `Some(deadline)` for a timeout, `None` ("wait forever") if it does not fit in an `Instant`.
 pub(crate) fn deadline_after(timeout: std::time::Duration) -> Option<Instant> {

@@ -254,9 +254,10 @@ impl<T> Chan<T> {
     /// run while we spin: spinning only wastes time there. So the channel keeps a score:
     /// [`after_wait`](Self::after_wait) raises it when a blocked operation was completed from
     /// another thread and lowers it when completed from the waiter's own thread; blocked
-    /// operations spin while it is above zero.
+    /// operations spin while it is above zero. (Under loom they always "spin" — check once —
+    /// so that the models explore the spin/park hand-shake of [`Waiter::spin`].)
     fn spin_before_park(&self, cx: &Waiter) {
-        if self.spin_score.load(Ordering::Relaxed) > 0 {
+        if cfg!(loom) || self.spin_score.load(Ordering::Relaxed) > 0 {
             cx.spin(SPIN_BUDGET);
         }
     }
