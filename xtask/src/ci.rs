@@ -147,7 +147,8 @@ pub fn legs() -> Vec<Leg> {
         ),
         Leg::custom(
             "loom",
-            "loom models of spindle-sched (policies, idle protocol), 2 preemptions",
+            "loom models of spindle-sched (policies, idle protocol) and spindle-sync (wait queues, \
+             hand-offs, select), 2 preemptions",
             || {
                 // In `<target>/loom`, so that the loom build does not replace the normal one.
                 let meta = proc::run_stdout(cargo().args([
@@ -167,7 +168,15 @@ pub fn legs() -> Vec<Leg> {
                         .env("RUSTFLAGS", "--cfg loom")
                         .env("LOOM_MAX_PREEMPTIONS", "2")
                         .env("CARGO_TARGET_DIR", target.join("loom"))
-                        .args(["test", "-p", "spindle-sched", "--release", "--tests"]),
+                        .args([
+                            "test",
+                            "-p",
+                            "spindle-sched",
+                            "-p",
+                            "spindle-sync",
+                            "--release",
+                            "--tests",
+                        ]),
                 )
             },
         ),

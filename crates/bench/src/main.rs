@@ -19,6 +19,7 @@ mod core;
 mod harness;
 mod io;
 mod sched;
+mod sync;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,7 +28,7 @@ use harness::{Ctx, How, RunOptions, Suite};
 
 /// Every suite, in `list` order.
 fn suites() -> Vec<Suite> {
-    vec![core::suite(), sched::suite(), io::suite()]
+    vec![core::suite(), sched::suite(), io::suite(), sync::suite()]
 }
 
 const USAGE: &str = "\

@@ -1,0 +1,609 @@
+//! The channel core shared by [`mpsc`](crate::mpsc), [`mpmc`](crate::mpmc) and
+//! [`oneshot`](crate::oneshot), and the hooks [`select`](crate::select!) uses.
+//!
+//! # Design
+//!
+//! One lock (`state`) guards the buffer and two wait queues (blocked senders, blocked
+//! receivers). Every queue entry points to a heap-allocated [`Waiter`] (shared by all the
+//! entries of one `select`) and a heap-allocated [`Slot`] for the message: a blocked sender's
+//! slot holds its message, a blocked receiver's slot receives one.
+//!
+//! Messages are **handed over** by the active party: a sender that finds a waiting receiver
+//! claims it (`try_claim`: one compare-and-swap on its waiter, so a `select` registered in
+//! several channels is completed at most once), writes the message into its slot, publishes
+//! and wakes it; the message never enters the buffer. A receiver that takes a message from a
+//! full buffer moves the first waiting sender's message into the buffer (FIFO is kept); on a
+//! zero-capacity channel it takes it from the sender's slot directly (a rendezvous).
+//! Invariant: receivers wait only while the buffer is empty; senders only while it is full.
+//!
+//! Only *passive* waiters (registered and parked, or about to park) are ever claimed; a party
+//! that is trying operations is registered nowhere. That is crossbeam's design, and it rules
+//! out two selects claiming each other at once.
+//!
+//! Disconnection (the last sender or the last receiver dropped) completes every waiter on the
+//! other side without a message: a receiver's empty slot then means "disconnected", a
+//! sender's still-full slot means "no receiver": it gets its message back.
+
+pub(crate) mod error;
+pub(crate) mod handles;
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::loom::{AtomicU8, AtomicUsize, DataCell, Ordering, StdMutex, StdMutexGuard, lock};
+use crate::waiter::Waiter;
+use error::{RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
+
+/// A message slot of a waiting operation. Access rules: see the module docs (the owner before
+/// registering or after completion/abort; a claiming peer between claim and publish).
+pub(crate) struct Slot<T>(DataCell<Option<T>>);
+
+// SAFETY: the slot is used by one thread at a time (the protocol above orders the accesses
+// through the waiter's state word and the channel lock); it moves a `T` between threads.
+unsafe impl<T: Send> Sync for Slot<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Send for Slot<T> {}
+
+impl<T> Slot<T> {
+    pub(crate) fn new(value: Option<T>) -> Slot<T> {
+        Slot(DataCell::new(value))
+    }
+
+    pub(crate) fn new_arc(value: Option<T>) -> Arc<Slot<T>> {
+        Arc::new(Slot::new(value))
+    }
+
+    /// # Safety
+    ///
+    /// The caller may access the slot now (see the module docs).
+    pub(crate) unsafe fn take(&self) -> Option<T> {
+        // SAFETY: exclusive access, per the caller.
+        unsafe { (*self.0.ptr()).take() }
+    }
+
+    /// # Safety
+    ///
+    /// As [`take`](Self::take).
+    pub(crate) unsafe fn put(&self, value: T) {
+        // SAFETY: exclusive access, per the caller.
+        unsafe { *self.0.ptr() = Some(value) }
+    }
+}
+
+/// A plain blocking send or receive: its waiter and slot in one allocation.
+pub(crate) struct Packet<T> {
+    cx: Waiter,
+    slot: Slot<T>,
+}
+
+/// What a queue entry points to.
+enum Link<T> {
+    /// A plain `send` / `recv`.
+    Packet(Arc<Packet<T>>),
+    /// An arm of a select: the select's waiter (shared by its arms) and the arm's slot.
+    Select(Arc<Waiter>, Arc<Slot<T>>),
+}
+
+struct Entry<T> {
+    link: Link<T>,
+    op: usize,
+}
+
+impl<T> Entry<T> {
+    #[inline]
+    fn cx(&self) -> &Waiter {
+        match &self.link {
+            Link::Packet(p) => &p.cx,
+            Link::Select(cx, _) => cx,
+        }
+    }
+
+    #[inline]
+    fn slot(&self) -> &Slot<T> {
+        match &self.link {
+            Link::Packet(p) => &p.slot,
+            Link::Select(_, slot) => slot,
+        }
+    }
+}
+
+struct State<T> {
+    buf: VecDeque<T>,
+    senders: VecDeque<Entry<T>>,
+    receivers: VecDeque<Entry<T>>,
+    /// Every sender is gone.
+    tx_gone: bool,
+    /// Every receiver is gone.
+    rx_gone: bool,
+}
+
+/// How long a blocked send or receive spins before parking, while spinning pays off on this
+/// channel (see [`Chan::spin_before_park`]).
+const SPIN_BUDGET: std::time::Duration = std::time::Duration::from_micros(20);
+/// The spin score's ceiling.
+const SPIN_SCORE_MAX: u8 = 4;
+
+/// A channel: the shared part of its senders and receivers.
+pub struct Chan<T> {
+    state: StdMutex<State<T>>,
+    /// `None`: unbounded.
+    cap: Option<usize>,
+    senders: AtomicUsize,
+    receivers: AtomicUsize,
+    /// Adaptive spinning: recent blocked operations here were completed from another thread
+    /// (up) or from the waiter's own thread (down).
+    spin_score: AtomicU8,
+}
+
+/// A waiter to wake after the lock is released.
+pub(crate) struct AfterUnlock<T>(Option<Entry<T>>);
+
+impl<T> AfterUnlock<T> {
+    fn none() -> Self {
+        AfterUnlock(None)
+    }
+
+    fn wake(entry: Entry<T>) -> Self {
+        AfterUnlock(Some(entry))
+    }
+
+    fn run(self) {
+        if let Some(entry) = self.0 {
+            entry.cx().wake();
+        }
+    }
+}
+
+impl<T> Chan<T> {
+    /// A channel with one sender and one receiver. `cap`: `None` for unbounded.
+    pub(crate) fn new(cap: Option<usize>) -> Arc<Chan<T>> {
+        Arc::new(Chan {
+            state: StdMutex::new(State {
+                buf: VecDeque::new(),
+                senders: VecDeque::new(),
+                receivers: VecDeque::new(),
+                tx_gone: false,
+                rx_gone: false,
+            }),
+            cap,
+            senders: AtomicUsize::new(1),
+            receivers: AtomicUsize::new(1),
+            spin_score: AtomicU8::new(0),
+        })
+    }
+
+    fn lock(&self) -> StdMutexGuard<'_, State<T>> {
+        lock(&self.state)
+    }
+
+    /// Sends without waiting, with the lock held.
+    fn try_send_locked(
+        &self,
+        st: &mut State<T>,
+        msg: T,
+    ) -> Result<AfterUnlock<T>, TrySendError<T>> {
+        if st.rx_gone {
+            return Err(TrySendError::Disconnected(msg));
+        }
+        while let Some(entry) = st.receivers.pop_front() {
+            if entry.cx().try_claim() {
+                // SAFETY: we claimed the waiter: its slot is ours until we publish.
+                unsafe { entry.slot().put(msg) };
+                entry.cx().publish(entry.op);
+                return Ok(AfterUnlock::wake(entry));
+            }
+            // Completed elsewhere or aborted: its owner no longer needs the entry.
+        }
+        if self.cap.is_none_or(|cap| st.buf.len() < cap) {
+            st.buf.push_back(msg);
+            return Ok(AfterUnlock::none());
+        }
+        Err(TrySendError::Full(msg))
+    }
+
+    /// Receives without waiting, with the lock held.
+    fn try_recv_locked(&self, st: &mut State<T>) -> Result<(T, AfterUnlock<T>), TryRecvError> {
+        if let Some(msg) = st.buf.pop_front() {
+            // Room now: move the first waiting sender's message in. (A zero-capacity channel
+            // has a buffer only for messages put back by cancelled receivers: it has no room,
+            // and its senders wait for a receiver.)
+            let mut after = AfterUnlock::none();
+            let room = self.cap.is_none_or(|cap| st.buf.len() < cap);
+            while let Some(entry) = room.then(|| st.senders.pop_front()).flatten() {
+                if entry.cx().try_claim() {
+                    // SAFETY: claimed: the slot is ours until we publish.
+                    if let Some(m) = unsafe { entry.slot().take() } {
+                        st.buf.push_back(m);
+                    }
+                    entry.cx().publish(entry.op);
+                    after = AfterUnlock::wake(entry);
+                    break;
+                }
+            }
+            return Ok((msg, after));
+        }
+        // Empty buffer: a rendezvous with a waiting sender (zero capacity).
+        while let Some(entry) = st.senders.pop_front() {
+            if entry.cx().try_claim() {
+                // SAFETY: claimed: the slot is ours until we publish.
+                let msg = unsafe { entry.slot().take() };
+                entry.cx().publish(entry.op);
+                if let Some(msg) = msg {
+                    return Ok((msg, AfterUnlock::wake(entry)));
+                }
+                // Unreachable in practice (a registered sender's slot holds its message);
+                // wake it anyway and go on.
+                entry.cx().wake();
+            }
+        }
+        if st.tx_gone {
+            Err(TryRecvError::Disconnected)
+        } else {
+            Err(TryRecvError::Empty)
+        }
+    }
+
+    /// Spins a little before a blocked operation parks, if spinning pays off on this channel.
+    ///
+    /// Why: a peer on another thread (a coroutine on another worker, or a plain thread)
+    /// usually answers within a microsecond or two, while parking and being woken costs a
+    /// context switch — and, for a coroutine whose worker then has nothing to do, a sleeping
+    /// worker thread's wake-up (tens of microseconds). But a peer on the *same* worker cannot
+    /// run while we spin: spinning only wastes time there. So the channel keeps a score:
+    /// [`after_wait`](Self::after_wait) raises it when a blocked operation was completed from
+    /// another thread and lowers it when completed from the waiter's own thread; blocked
+    /// operations spin while it is above zero. (Under loom they always "spin" — check once —
+    /// so that the models explore the spin/park hand-shake of [`Waiter::spin`].)
+    fn spin_before_park(&self, cx: &Waiter) {
+        if cfg!(loom) || self.spin_score.load(Ordering::Relaxed) > 0 {
+            cx.spin(SPIN_BUDGET);
+        }
+    }
+
+    /// Updates the spin score after a blocked operation was completed by a peer.
+    fn after_wait(&self, cx: &Waiter) {
+        let score = self.spin_score.load(Ordering::Relaxed);
+        let new = if cx.completed_remotely() {
+            (score + 1).min(SPIN_SCORE_MAX)
+        } else {
+            score.saturating_sub(1)
+        };
+        if new != score {
+            self.spin_score.store(new, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn try_send(&self, msg: T) -> Result<(), TrySendError<T>> {
+        let after = self.try_send_locked(&mut self.lock(), msg)?;
+        after.run();
+        Ok(())
+    }
+
+    pub(crate) fn try_recv(&self) -> Result<T, TryRecvError> {
+        let (msg, after) = self.try_recv_locked(&mut self.lock())?;
+        after.run();
+        Ok(msg)
+    }
+
+    /// Sends, waiting until `deadline` (`None`: for ever) while the channel is full.
+    pub(crate) fn send_until(
+        &self,
+        msg: T,
+        deadline: Option<Instant>,
+    ) -> Result<(), SendTimeoutError<T>> {
+        let packet = {
+            let mut st = self.lock();
+            let msg = match self.try_send_locked(&mut st, msg) {
+                Ok(after) => {
+                    drop(st);
+                    after.run();
+                    return Ok(());
+                }
+                Err(TrySendError::Disconnected(m)) => {
+                    return Err(SendTimeoutError::Disconnected(m));
+                }
+                Err(TrySendError::Full(m)) => m,
+            };
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(SendTimeoutError::Timeout(msg));
+            }
+            let packet = Arc::new(Packet {
+                cx: Waiter::new_inline(),
+                slot: Slot::new(Some(msg)),
+            });
+            st.senders.push_back(Entry {
+                link: Link::Packet(packet.clone()),
+                op: 0,
+            });
+            packet
+        };
+        let abandon = AbandonSend {
+            chan: self,
+            cx: &packet.cx,
+        };
+        // (After the guard: the spin may park, and so unwind.)
+        self.spin_before_park(&packet.cx);
+        let outcome = packet.cx.wait(deadline);
+        std::mem::forget(abandon);
+        match outcome {
+            Some(_) => {
+                self.after_wait(&packet.cx);
+                // SAFETY: completed: the slot is ours again.
+                match unsafe { packet.slot.take() } {
+                    None => Ok(()),
+                    Some(m) => Err(SendTimeoutError::Disconnected(m)),
+                }
+            }
+            None => {
+                self.unregister_send(&packet.cx);
+                // SAFETY: aborted and unregistered: nobody else touches the slot.
+                let msg = unsafe { packet.slot.take() };
+                Err(SendTimeoutError::Timeout(
+                    msg.expect("an aborted send keeps its message"),
+                ))
+            }
+        }
+    }
+
+    /// Receives, waiting until `deadline` (`None`: for ever) while the channel is empty.
+    pub(crate) fn recv_until(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        let packet = {
+            let mut st = self.lock();
+            match self.try_recv_locked(&mut st) {
+                Ok((msg, after)) => {
+                    drop(st);
+                    after.run();
+                    return Ok(msg);
+                }
+                Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
+                Err(TryRecvError::Empty) => {}
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(RecvTimeoutError::Timeout);
+            }
+            let packet = Arc::new(Packet {
+                cx: Waiter::new_inline(),
+                slot: Slot::new(None),
+            });
+            st.receivers.push_back(Entry {
+                link: Link::Packet(packet.clone()),
+                op: 0,
+            });
+            packet
+        };
+        let abandon = AbandonRecv {
+            chan: self,
+            cx: &packet.cx,
+            slot: &packet.slot,
+        };
+        // (After the guard: the spin may park, and so unwind.)
+        self.spin_before_park(&packet.cx);
+        let outcome = packet.cx.wait(deadline);
+        std::mem::forget(abandon);
+        match outcome {
+            Some(_) => {
+                self.after_wait(&packet.cx);
+                // SAFETY: completed: the slot is ours again.
+                unsafe { packet.slot.take() }.ok_or(RecvTimeoutError::Disconnected)
+            }
+            None => {
+                self.unregister_recv(&packet.cx);
+                Err(RecvTimeoutError::Timeout)
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Select support: register / unregister a passive waiter, and whether an operation could
+    // complete now.
+
+    /// Registers a waiting receive for `cx` (operation `op`); returns its slot and whether a
+    /// receive could complete now (then the caller aborts and retries instead of parking).
+    pub(crate) fn register_recv(&self, cx: &Arc<Waiter>, op: usize) -> (Arc<Slot<T>>, bool) {
+        let slot = Slot::new_arc(None);
+        let mut st = self.lock();
+        st.receivers.push_back(Entry {
+            link: Link::Select(cx.clone(), slot.clone()),
+            op,
+        });
+        let ready = !st.buf.is_empty()
+            || st.tx_gone
+            || st
+                .senders
+                .iter()
+                .any(|e| !std::ptr::eq(e.cx(), &**cx) && e.cx().is_waiting());
+        (slot, ready)
+    }
+
+    /// Registers a waiting send of the message in `slot`; returns whether a send could
+    /// complete now.
+    pub(crate) fn register_send(&self, cx: &Arc<Waiter>, op: usize, slot: &Arc<Slot<T>>) -> bool {
+        let mut st = self.lock();
+        st.senders.push_back(Entry {
+            link: Link::Select(cx.clone(), slot.clone()),
+            op,
+        });
+        st.rx_gone
+            || self.cap.is_none_or(|cap| st.buf.len() < cap)
+            || st
+                .receivers
+                .iter()
+                .any(|e| !std::ptr::eq(e.cx(), &**cx) && e.cx().is_waiting())
+    }
+
+    pub(crate) fn unregister_recv(&self, cx: &Waiter) {
+        let removed = {
+            let mut st = self.lock();
+            st.receivers
+                .iter()
+                .position(|e| std::ptr::eq(e.cx(), cx))
+                .and_then(|i| st.receivers.remove(i))
+        };
+        drop(removed);
+    }
+
+    pub(crate) fn unregister_send(&self, cx: &Waiter) {
+        // Dropped after the unlock: a select arm's entry may hold the last reference to a slot
+        // with a message in it.
+        let removed = {
+            let mut st = self.lock();
+            st.senders
+                .iter()
+                .position(|e| std::ptr::eq(e.cx(), cx))
+                .and_then(|i| st.senders.remove(i))
+        };
+        drop(removed);
+    }
+
+    /// Puts back a message a receiver was handed but cannot take (its coroutine was cancelled
+    /// in the same instant): to a waiting receiver, or at the front of the buffer (over the
+    /// capacity if need be), so it is not lost. Dropped if every receiver is gone.
+    pub(crate) fn requeue(&self, msg: T) {
+        let mut st = self.lock();
+        if st.rx_gone {
+            drop(st);
+            drop(msg);
+            return;
+        }
+        let mut msg = Some(msg);
+        let mut after = AfterUnlock::none();
+        while let Some(entry) = st.receivers.pop_front() {
+            if entry.cx().try_claim() {
+                // SAFETY: claimed: the slot is ours until we publish.
+                unsafe { entry.slot().put(msg.take().expect("once")) };
+                entry.cx().publish(entry.op);
+                after = AfterUnlock::wake(entry);
+                break;
+            }
+        }
+        if let Some(msg) = msg {
+            st.buf.push_front(msg);
+        }
+        drop(st);
+        after.run();
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Handles.
+
+    pub(crate) fn add_sender(&self) {
+        self.senders.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_receiver(&self) {
+        self.receivers.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The last sender is gone: complete every waiting receiver with "disconnected".
+    pub(crate) fn drop_sender(&self) {
+        if self.senders.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        let woken: Vec<_> = {
+            let mut st = self.lock();
+            st.tx_gone = true;
+            st.receivers
+                .drain(..)
+                .filter(|e| e.cx().try_select(e.op))
+                .collect()
+        };
+        for entry in woken {
+            entry.cx().wake();
+        }
+    }
+
+    /// The last receiver is gone: drop the buffered messages, give waiting senders their
+    /// messages back.
+    pub(crate) fn drop_receiver(&self) {
+        if self.receivers.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        let (buf, woken): (VecDeque<T>, Vec<_>) = {
+            let mut st = self.lock();
+            st.rx_gone = true;
+            let woken = st
+                .senders
+                .drain(..)
+                .filter(|e| e.cx().try_select(e.op))
+                .collect();
+            (std::mem::take(&mut st.buf), woken)
+        };
+        for entry in woken {
+            entry.cx().wake();
+        }
+        drop(buf);
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.lock().buf.len()
+    }
+
+    pub(crate) fn capacity(&self) -> Option<usize> {
+        self.cap
+    }
+
+    pub(crate) fn is_full(&self) -> bool {
+        self.cap.is_some_and(|cap| self.lock().buf.len() >= cap)
+    }
+
+    pub(crate) fn senders_gone(&self) -> bool {
+        self.lock().tx_gone
+    }
+
+    pub(crate) fn receivers_gone(&self) -> bool {
+        self.lock().rx_gone
+    }
+}
+
+impl<T> fmt::Debug for Chan<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let st = self.lock();
+        f.debug_struct("Chan")
+            .field("cap", &self.cap)
+            .field("len", &st.buf.len())
+            .field("waiting_senders", &st.senders.len())
+            .field("waiting_receivers", &st.receivers.len())
+            .field("senders_gone", &st.tx_gone)
+            .field("receivers_gone", &st.rx_gone)
+            .finish()
+    }
+}
+
+/// A blocked send unwinds (its coroutine was cancelled): leave the queue; the message is
+/// dropped with the slot. If it was completed meanwhile there is nothing to undo (delivered,
+/// or the receivers are gone).
+struct AbandonSend<'a, T> {
+    chan: &'a Chan<T>,
+    cx: &'a Waiter,
+}
+
+impl<T> Drop for AbandonSend<'_, T> {
+    fn drop(&mut self) {
+        if self.cx.try_abort() {
+            self.chan.unregister_send(self.cx);
+        }
+    }
+}
+
+/// A blocked receive unwinds: leave the queue, or put back a message handed over just then.
+struct AbandonRecv<'a, T> {
+    chan: &'a Chan<T>,
+    cx: &'a Waiter,
+    slot: &'a Slot<T>,
+}
+
+impl<T> Drop for AbandonRecv<'_, T> {
+    fn drop(&mut self) {
+        if self.cx.try_abort() {
+            self.chan.unregister_recv(self.cx);
+        } else {
+            self.cx.completed_after_abort_failed();
+            // SAFETY: completed: the slot is ours.
+            if let Some(msg) = unsafe { self.slot.take() } {
+                self.chan.requeue(msg);
+            }
+        }
+    }
+}

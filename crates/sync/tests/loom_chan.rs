@@ -1,0 +1,300 @@
+//! Loom models of the channels' hand-offs and of `select`'s registration: send/recv on
+//! zero-capacity and bounded channels, disconnection, timeouts and cancellation racing with
+//! the other side (no message lost or duplicated, no lost wake-up), and a select completing
+//! exactly one arm.
+//!
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p spindle-sync --release --test loom_chan`
+#![cfg(loom)]
+
+mod loom_common;
+
+use loom::thread;
+use loom_common::{cancelled_at_park, later, model};
+use spindle_sync::mpmc::{RecvError, RecvTimeoutError, SendError, TryRecvError, bounded};
+use spindle_sync::{Select, select};
+
+#[test]
+fn rendezvous_send_recv() {
+    model("rendezvous_send_recv", || {
+        let (s, r) = bounded::<i32>(0);
+        let t = thread::spawn(move || {
+            s.send(1).unwrap();
+            s.send(2).unwrap();
+        });
+        assert_eq!(r.recv(), Ok(1));
+        assert_eq!(r.recv(), Ok(2));
+        assert_eq!(r.recv(), Err(RecvError));
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn bounded_full_sender_waits() {
+    model("bounded_full_sender_waits", || {
+        let (s, r) = bounded::<i32>(1);
+        let t = thread::spawn(move || {
+            s.send(1).unwrap();
+            s.send(2).unwrap(); // waits while 1 is buffered
+        });
+        assert_eq!(r.recv(), Ok(1));
+        assert_eq!(r.recv(), Ok(2));
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn two_blocked_senders_keep_their_order() {
+    // Both senders may block on the full buffer; each receive moves the first blocked sender's
+    // message in. Per sender, FIFO; nothing lost or duplicated.
+    model("two_blocked_senders_keep_their_order", || {
+        let (s, r) = bounded::<i32>(1);
+        let ts: Vec<_> = (0..2)
+            .map(|k| {
+                let s = s.clone();
+                thread::spawn(move || {
+                    s.send(k * 10).unwrap();
+                    s.send(k * 10 + 1).unwrap();
+                })
+            })
+            .collect();
+        drop(s);
+        let got: Vec<_> = r.iter().collect();
+        ts.into_iter().for_each(|t| t.join().unwrap());
+        assert_eq!(got.len(), 4, "{got:?}");
+        for k in 0..2 {
+            let mine: Vec<_> = got.iter().filter(|&&m| m / 10 == k).collect();
+            assert_eq!(mine, [&(k * 10), &(k * 10 + 1)], "{got:?}");
+        }
+    });
+}
+
+#[test]
+fn oneshot_send_races_receiver_drop() {
+    model("oneshot_send_races_receiver_drop", || {
+        let (s, r) = spindle_sync::oneshot::channel::<i32>();
+        let t = thread::spawn(move || s.send(7));
+        let got = r.recv_deadline(later());
+        drop(r);
+        match (got, t.join().unwrap()) {
+            (Ok(7), Ok(())) => {}
+            (Err(RecvTimeoutError::Timeout), _) => {} // loom's timed park gave up first
+            other => panic!("{other:?}"),
+        }
+    });
+}
+
+#[test]
+fn two_receivers_each_get_one() {
+    model("two_receivers_each_get_one", || {
+        let (s, r) = bounded::<i32>(0);
+        let ts: Vec<_> = (0..2)
+            .map(|_| {
+                let r = r.clone();
+                thread::spawn(move || r.recv().unwrap())
+            })
+            .collect();
+        s.send(1).unwrap();
+        s.send(2).unwrap();
+        let mut got: Vec<_> = ts.into_iter().map(|t| t.join().unwrap()).collect();
+        got.sort();
+        assert_eq!(got, [1, 2]);
+    });
+}
+
+#[test]
+fn disconnect_wakes_both_sides() {
+    model("disconnect_wakes_both_sides", || {
+        let (s, r) = bounded::<i32>(0);
+        let (s2, r2) = bounded::<i32>(0);
+        let t = thread::spawn(move || {
+            drop(s); // wakes the receiver below
+            s2.send(5) // waits until the receiver below is dropped
+        });
+        assert_eq!(r.recv(), Err(RecvError));
+        drop(r2);
+        assert_eq!(t.join().unwrap(), Err(SendError(5)));
+    });
+}
+
+#[test]
+fn recv_timeout_races_send() {
+    model("recv_timeout_races_send", || {
+        let (s, r) = bounded::<i32>(1);
+        let t = thread::spawn(move || s.send(1).unwrap());
+        match r.recv_deadline(later()) {
+            Ok(v) => assert_eq!(v, 1),
+            Err(RecvTimeoutError::Timeout) => {
+                t.join().unwrap();
+                assert_eq!(
+                    r.try_recv(),
+                    Ok(1),
+                    "the message is not lost to the timeout"
+                );
+                return;
+            }
+            Err(RecvTimeoutError::Disconnected) => panic!("disconnected"),
+        }
+        t.join().unwrap();
+        assert_eq!(r.try_recv(), Err(TryRecvError::Disconnected));
+    });
+}
+
+#[test]
+fn recv_cancel_races_send() {
+    // A rendezvous: the sender hands the message over just as the receiver is cancelled; the
+    // receiver's guard puts it back. Either way the message is received exactly once.
+    model("recv_cancel_races_send", || {
+        let (s, r) = bounded::<i32>(0);
+        let t = thread::spawn(move || s.send(1));
+        let got = match cancelled_at_park(|| r.recv()) {
+            Some(v) => v,
+            None => r.recv(),
+        };
+        assert_eq!(got, Ok(1));
+        assert_eq!(t.join().unwrap(), Ok(()));
+        assert_eq!(r.try_recv(), Err(TryRecvError::Disconnected));
+    });
+}
+
+#[test]
+fn send_cancel_races_recv() {
+    model("send_cancel_races_recv", || {
+        let (s, r) = bounded::<i32>(0);
+        let t = thread::spawn(move || {
+            let sent = cancelled_at_park(|| s.send(1));
+            drop(s);
+            sent
+        });
+        let got = r.recv();
+        let sent = t.join().unwrap();
+        // A completed send was delivered. A cancelled one may have been delivered too (the
+        // receiver took the message just before the cancellation unwound the sender's park),
+        // but never twice, and a message not delivered is dropped with the send.
+        if sent == Some(Ok(())) {
+            assert_eq!(got, Ok(1));
+        }
+        assert!(got == Ok(1) || got == Err(RecvError), "{got:?}");
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// select
+
+#[test]
+fn select_two_recv_arms_exactly_one() {
+    // Two rendezvous senders offer (with an immediate deadline) to a select over both: the
+    // select gets exactly one message, and exactly that sender succeeds.
+    model("select_two_recv_arms_exactly_one", || {
+        let (s1, r1) = bounded::<i32>(0);
+        let (s2, r2) = bounded::<i32>(0);
+        let t1 = thread::spawn(move || s1.send(1).is_ok());
+        // Returns its sender: a disconnected channel would make its arm ready.
+        let t2 = thread::spawn(move || (s2.send_deadline(2, later()).is_ok(), s2));
+        let got = select! {
+            recv(r1) -> v => v.unwrap(),
+            recv(r2) -> v => v.unwrap(),
+        };
+        if got == 2 {
+            // t1 still waits: let it finish.
+            assert_eq!(r1.recv(), Ok(1));
+        }
+        let ok1 = t1.join().unwrap();
+        let (ok2, _s2) = t2.join().unwrap();
+        assert!(ok1);
+        assert_eq!(ok2, got == 2);
+    });
+}
+
+#[test]
+fn select_buffered_arms_keep_the_other_message() {
+    model("select_buffered_arms_keep_the_other_message", || {
+        let (s1, r1) = bounded::<i32>(1);
+        let (s2, r2) = bounded::<i32>(1);
+        let t1 = thread::spawn(move || s1.send(1).unwrap());
+        let t2 = thread::spawn(move || s2.send(2).unwrap());
+        let mut a = None;
+        let mut b = None;
+        let i = {
+            let mut sel = Select::new();
+            sel.recv(&r1, &mut a);
+            sel.recv(&r2, &mut b);
+            sel.wait()
+        };
+        t1.join().unwrap();
+        t2.join().unwrap();
+        match i {
+            Some(0) => {
+                assert_eq!((a, b), (Some(Ok(1)), None));
+                assert_eq!(r2.try_recv(), Ok(2));
+            }
+            Some(1) => {
+                assert_eq!((a, b), (None, Some(Ok(2))));
+                assert_eq!(r1.try_recv(), Ok(1));
+            }
+            other => panic!("{other:?}"),
+        }
+    });
+}
+
+#[test]
+fn select_send_arm_matches_select_recv_arm() {
+    // Two selects on one zero-capacity channel, one offering a send and one a receive (each
+    // with a deadline arm): they pair up, or both time out — never one side only.
+    model("select_send_arm_matches_select_recv_arm", || {
+        let (s, r) = bounded::<i32>(0);
+        let t = thread::spawn(move || {
+            select! {
+                send(s, 7) -> v => v.is_ok(),
+                deadline(later()) => false,
+            }
+        });
+        let got = select! {
+            recv(r) -> v => v.ok(),
+            deadline(later()) => None,
+        };
+        let sent = t.join().unwrap();
+        assert_eq!(got.is_some(), sent);
+        if let Some(v) = got {
+            assert_eq!(v, 7);
+        }
+    });
+}
+
+#[test]
+fn select_timeout_races_send() {
+    model("select_timeout_races_send", || {
+        let (s, r) = bounded::<i32>(1);
+        let t = thread::spawn(move || s.send(1).unwrap());
+        let got = select! {
+            recv(r) -> v => v.ok(),
+            deadline(later()) => None,
+        };
+        t.join().unwrap();
+        match got {
+            Some(v) => assert_eq!(v, 1),
+            None => assert_eq!(r.try_recv(), Ok(1), "not lost to the timeout"),
+        }
+    });
+}
+
+#[test]
+fn select_cancel_races_send() {
+    model("select_cancel_races_send", || {
+        let (s1, r1) = bounded::<i32>(0);
+        let (_s2, r2) = bounded::<i32>(0);
+        let t = thread::spawn(move || s1.send(1));
+        let got = cancelled_at_park(|| {
+            select! {
+                recv(r1) -> v => v.ok(),
+                recv(r2) -> v => v.ok(),
+            }
+        });
+        let got = match got {
+            Some(v) => v,
+            // Cancelled: unregistered from both; a message handed over meanwhile was put back.
+            None => r1.recv().ok(),
+        };
+        assert_eq!(got, Some(1));
+        assert_eq!(t.join().unwrap(), Ok(()));
+    });
+}

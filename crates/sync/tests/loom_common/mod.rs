@@ -1,0 +1,63 @@
+//! Shared by the loom models (`tests/loom_*.rs`).
+#![allow(dead_code)] // each model uses a part
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// Runs `f` under loom, bounding preemptions to 2 unless `LOOM_MAX_PREEMPTIONS` says
+/// otherwise (unbounded exploration would take hours), and prints how many interleavings it
+/// explored in how long.
+pub fn model<F>(name: &str, f: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(2);
+    }
+    let iterations = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = iterations.clone();
+    let start = std::time::Instant::now();
+    builder.check(move || {
+        counter.fetch_add(1, Ordering::Relaxed);
+        f();
+    });
+    eprintln!(
+        "loom {name}: {} interleavings in {:.2?} (preemption bound {:?})",
+        iterations.load(Ordering::Relaxed),
+        start.elapsed(),
+        builder.preemption_bound
+    );
+}
+
+/// Runs `f` with the current loom thread's next park unwinding (a cancelled coroutine's
+/// park); `None` if it did unwind.
+pub fn cancelled_at_park<R>(f: impl FnOnce() -> R) -> Option<R> {
+    spindle_sync::__loom::cancel_next_park();
+    let r = catch_unwind(AssertUnwindSafe(f));
+    // If `f` never parked, the request must not leak into the next park of this thread.
+    clear_cancel();
+    match r {
+        Ok(v) => Some(v),
+        Err(payload) => {
+            assert!(
+                payload.is::<spindle_sync::__loom::Cancelled>(),
+                "unwound with something other than the cancellation"
+            );
+            None
+        }
+    }
+}
+
+fn clear_cancel() {
+    spindle_sync::__loom::clear_cancel();
+}
+
+/// A deadline for the loom models' timed operations. Loom's parker times a timed park out at
+/// once (unless a wake-up is pending) whatever its deadline; a deadline in the future only
+/// keeps the operation from giving up before it has registered and parked, which is the race
+/// the models explore.
+pub fn later() -> std::time::Instant {
+    std::time::Instant::now() + std::time::Duration::from_secs(3600)
+}
