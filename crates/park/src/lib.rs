@@ -76,10 +76,12 @@
 #![deny(missing_docs)]
 
 use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
 use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Wake as WakeTrait, Waker};
+use std::task::{Context, Poll, Wake as WakeTrait, Waker};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
@@ -251,6 +253,64 @@ fn park_inner(deadline: Option<Instant>) -> Wake {
     match task_hook() {
         Some(hook) => hook.park(deadline),
         None => park_thread(deadline),
+    }
+}
+
+/// Runs `future` to completion on the current task and returns its output.
+///
+/// The future is polled with the current task's [`waker`]; while it is pending the task
+/// [`park`]s — inside a runtime's coroutine only that coroutine is suspended and its worker
+/// runs others; on a plain thread the thread blocks. So any runtime-agnostic future (the
+/// `futures` or `async-channel` kind, or one of `spindle-sync`'s) can be awaited from blocking
+/// code. Futures that need a particular async runtime's reactor (tokio's sockets and timers)
+/// need that runtime running somewhere; this function is not one.
+///
+/// On a shared (copying) stack ([`on_copying_stack`]) the future is moved to the heap first:
+/// a pending future may have handed out pointers to itself (an intrusive waiter node, say),
+/// and a copying stack's bytes are elsewhere while the coroutine is suspended.
+///
+/// Cancellation: a cancelled coroutine unwinds out of the `park` here; the future is dropped
+/// on the way, as an async runtime drops a cancelled task's future.
+///
+/// ```
+/// use std::future::Future;
+/// use std::pin::Pin;
+/// use std::task::{Context, Poll};
+///
+/// /// Pending on its first poll (waking itself), ready on the second.
+/// struct YieldOnce(bool);
+/// impl Future for YieldOnce {
+///     type Output = &'static str;
+///     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<&'static str> {
+///         if self.0 {
+///             return Poll::Ready("done");
+///         }
+///         self.0 = true;
+///         cx.waker().wake_by_ref();
+///         Poll::Pending
+///     }
+/// }
+///
+/// assert_eq!(spindle_park::block_on(YieldOnce(false)), "done");
+/// assert_eq!(spindle_park::block_on(async { 6 * 7 }), 42);
+/// ```
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    if on_copying_stack() {
+        drive(Box::pin(future).as_mut())
+    } else {
+        drive(std::pin::pin!(future))
+    }
+}
+
+fn drive<F: Future + ?Sized>(mut future: Pin<&mut F>) -> F::Output {
+    let waker = waker();
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return output;
+        }
+        // A wake-up that came during `poll` set the permit: this returns at once then.
+        park();
     }
 }
 

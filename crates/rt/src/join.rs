@@ -2,7 +2,10 @@
 
 use std::any::Any;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use crate::task::{Failure, State, TaskCell, TaskRef, lock};
 use crate::worker;
@@ -138,6 +141,42 @@ impl<T: Send + 'static> JoinHandle<T> {
     /// The coroutine's name, if it was given one.
     pub fn name(&self) -> Option<&str> {
         self.task.header.name.as_deref()
+    }
+}
+
+/// A `JoinHandle` is also a future of the coroutine's result, so async code can wait for a
+/// coroutine: `handle.await` in an `async` block, or [`block_on_future`](crate::block_on_future)
+/// (which is what [`join`](JoinHandle::join) amounts to). Dropping the future detaches the
+/// coroutine, as dropping the handle does.
+///
+/// Polling it again after it returned `Ready` panics (the result was handed out), as `async fn`
+/// futures do.
+///
+/// ```
+/// let rt = spindle_rt::Runtime::builder().workers(1).build()?;
+/// let child = rt.spawn(|| 6 * 7);
+/// // Any executor can drive it; here, the current thread.
+/// let answer = spindle_rt::block_on_future(async { child.await.unwrap() });
+/// assert_eq!(answer, 42);
+/// # Ok::<(), spindle_rt::BuildError>(())
+/// ```
+impl<T: Send + 'static> Future for JoinHandle<T> {
+    type Output = Result<T, JoinError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut slot = lock(&self.task.join.slot);
+        if let Some(result) = slot.result.take() {
+            return Poll::Ready(result.map_err(JoinError::from));
+        }
+        assert!(
+            !slot.done,
+            "a JoinHandle polled again after it returned Ready (its result was already taken)"
+        );
+        match &mut slot.waiter {
+            Some(waiter) if waiter.will_wake(cx.waker()) => {}
+            waiter => *waiter = Some(cx.waker().clone()),
+        }
+        Poll::Pending
     }
 }
 

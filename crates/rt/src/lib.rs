@@ -26,9 +26,10 @@
 //! thread it blocks it), [`JoinHandle::cancel`] them (they unwind from their next suspension
 //! point, destructors run), [`sleep`], [`yield_now`], [`park`] / [`Current::unpark`] like
 //! `std::thread`, run [`blocking`] work on a thread pool, spawn borrowing children in a
-//! [`scope`], keep [`coroutine_local!`] values. Every blocking operation of Spindle goes
-//! through `spindle_park`, so the same code blocks a plain thread when it runs outside a
-//! runtime.
+//! [`scope`], keep [`coroutine_local!`] values, wait for any runtime-agnostic future with
+//! [`block_on_future`] (a [`JoinHandle`] is one too, so async code can await coroutines).
+//! Every blocking operation of Spindle goes through `spindle_park`, so the same code blocks a
+//! plain thread when it runs outside a runtime.
 //!
 //! # IO
 //!
@@ -97,6 +98,7 @@
 mod blocking;
 mod coop;
 mod current;
+mod future;
 mod io;
 mod join;
 mod local;
@@ -112,6 +114,7 @@ mod worker;
 pub use blocking::blocking;
 pub use coop::{consume_budget, yield_now};
 pub use current::{Current, current, park, park_timeout, try_current};
+pub use future::block_on_future;
 pub use io::{DriverFactory, IoBackend};
 pub use join::{CancelGuard, JoinError, JoinHandle};
 pub use local::LocalKey;

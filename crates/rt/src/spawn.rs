@@ -114,7 +114,8 @@ impl Builder {
     /// while it is suspended**. In particular it must not suspend while a scoped child
     /// ([`crate::scope`]), a [`crate::blocking`] closure or a scoped thread borrows data on its
     /// stack, nor lend a buffer on its stack to anything that runs meanwhile. Spindle's own
-    /// waiting (join, sleep, park, the sync primitives) keeps its records in heap state.
+    /// waiting (join, sleep, park, the sync primitives) keeps its records in heap state, and
+    /// [`block_on_future`](crate::block_on_future) moves the future it waits for to the heap.
     pub unsafe fn shared_stack(mut self) -> Self {
         self.stack = Some(StackKind::Shared);
         self

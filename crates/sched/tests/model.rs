@@ -331,7 +331,14 @@ impl WsModel {
 
     fn pop(&mut self, w: usize) -> Result<(), TestCaseError> {
         let has_work = self.ws.has_work(w);
+        let stole_before = (w < self.n).then(|| self.ws.stats(w).stole);
         let got = self.ws.pop(w);
+        if stole_before.is_some_and(|before| self.ws.stats(w).stole != before) {
+            // A steal moved a batch of another deque's tasks into `w`'s, possibly tasks that
+            // `w` had pushed and lost to a thief earlier: from here `w`'s deque holds tasks
+            // of more than one push order, so the FIFO check restarts.
+            self.last_own_deque[w] = None;
+        }
         prop_assert_eq!(
             has_work,
             got.is_some(),
@@ -354,6 +361,7 @@ impl WsModel {
             );
             return Ok(());
         };
+        let stole_now = stole_before.is_some_and(|before| self.ws.stats(w).stole != before);
         let id = popped.task.id;
         let Some(info) = self.queued.remove(&id) else {
             return Err(TestCaseError::fail(format!(
@@ -386,7 +394,7 @@ impl WsModel {
                     "pinned tasks in push order"
                 );
             }
-            Origin::Deque(v) if v == w => {
+            Origin::Deque(v) if v == w && !stole_now => {
                 if let Some(last) = self.last_own_deque[w] {
                     prop_assert!(info.order > last, "own deque out of order");
                 }
