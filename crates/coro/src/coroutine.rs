@@ -8,9 +8,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::ptr::{self, NonNull};
 
 use spindle_context::{Context, Entry, Link, STACK_RESERVED, Transfer};
+use spindle_stack::{Owner, Stack, StackError, StackPool};
 #[cfg(feature = "stack-shared")]
 use spindle_stack::{SharedSlot, SharedStack};
-use spindle_stack::{Owner, Stack, StackError, StackPool};
 
 use crate::exchange::{ForcedUnwind, PANICKED, RETURNED, Slot, TAG, UNWIND, UNWOUND, YIELDED};
 use crate::{DefaultStack, Yielder, id};

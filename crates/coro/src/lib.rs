@@ -76,7 +76,10 @@
 //! [`resume`]: Coroutine::resume
 #![deny(missing_docs)]
 // Builds that leave a feature out leave some shared helpers unused.
-#![cfg_attr(not(all(feature = "stack-growable", feature = "stack-shared")), allow(dead_code, unused_imports))]
+#![cfg_attr(
+    not(all(feature = "stack-growable", feature = "stack-shared")),
+    allow(dead_code, unused_imports)
+)]
 
 mod coroutine;
 mod exchange;

@@ -107,7 +107,16 @@
 //! for more than 10 ms (configurable) without suspending.
 #![deny(missing_docs)]
 // Builds that leave a feature out leave some shared helpers unused.
-#![cfg_attr(not(all(feature = "sched-fifo", feature = "sched-rr", feature = "sched-ws", feature = "stack-growable", feature = "stack-shared")), allow(dead_code, unused_imports))]
+#![cfg_attr(
+    not(all(
+        feature = "sched-fifo",
+        feature = "sched-rr",
+        feature = "sched-ws",
+        feature = "stack-growable",
+        feature = "stack-shared"
+    )),
+    allow(dead_code, unused_imports)
+)]
 
 #[cfg(not(any(feature = "sched-fifo", feature = "sched-rr", feature = "sched-ws")))]
 compile_error!(

@@ -375,7 +375,9 @@ impl RuntimeBuilder {
                 return Err(BuildError::NotCompiled {
                     what: match p {
                         Policy::Fifo => "the fifo scheduling policy (Policy::Fifo)",
-                        Policy::RoundRobin => "the round-robin scheduling policy (Policy::RoundRobin)",
+                        Policy::RoundRobin => {
+                            "the round-robin scheduling policy (Policy::RoundRobin)"
+                        }
                         Policy::WorkStealing => {
                             "the work-stealing scheduling policy (Policy::WorkStealing)"
                         }

@@ -131,7 +131,10 @@
 //! ```
 #![deny(missing_docs)]
 // Builds that leave a feature out leave some shared helpers unused.
-#![cfg_attr(not(all(feature = "fifo", feature = "round-robin", feature = "work-stealing")), allow(dead_code, unused_imports))]
+#![cfg_attr(
+    not(all(feature = "fifo", feature = "round-robin", feature = "work-stealing")),
+    allow(dead_code, unused_imports)
+)]
 
 use std::fmt;
 

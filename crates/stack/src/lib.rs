@@ -64,7 +64,10 @@
 //! ```
 #![deny(missing_docs)]
 // Builds that leave a feature out leave some shared helpers unused.
-#![cfg_attr(not(all(feature = "growable", feature = "shared")), allow(dead_code, unused_imports))]
+#![cfg_attr(
+    not(all(feature = "growable", feature = "shared")),
+    allow(dead_code, unused_imports)
+)]
 
 mod error;
 mod fixed;
