@@ -32,7 +32,7 @@
 //!
 //! # Blocking-style IO
 //!
-//! [`net`] and [`fs`] mirror `std` (and implement `std::io::{Read, Write}`), so synchronous
+//! [`net`] and `fs` (Unix) mirror `std` (and implement `std::io::{Read, Write}`), so synchronous
 //! libraries work unchanged; in a coroutine a call that would block suspends the coroutine.
 //!
 //! ```
@@ -211,7 +211,21 @@ pub mod io {
     feature = "io-iocp",
     feature = "io-polling"
 ))]
-pub use spindle_io::{fs, net};
+pub use spindle_io::net;
+
+/// Files whose reads and writes suspend only the calling coroutine (Unix): `spindle_io::fs`.
+#[cfg(all(
+    unix,
+    any(
+        feature = "rt",
+        feature = "io-epoll",
+        feature = "io-uring",
+        feature = "io-kqueue",
+        feature = "io-iocp",
+        feature = "io-polling"
+    )
+))]
+pub use spindle_io::fs;
 
 pub use spindle_coro::{Coroutine, CoroutineResult, Generator, Yielder};
 

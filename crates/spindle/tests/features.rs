@@ -1,6 +1,8 @@
 //! The facade's features really select: what a feature adds works, and what a build leaves out
 //! is refused with an error naming the feature. Run over the feature matrix by
 //! `cargo xtask matrix`; each test is compiled only where its features say it can be.
+// The point of several assertions is which features this build has: constant per build.
+#![allow(clippy::assertions_on_constants)]
 
 use spindle::{Coroutine, CoroutineResult, Generator};
 
@@ -221,6 +223,29 @@ mod rt {
         }
     }
 
+    #[test]
+    fn tcp_in_coroutines() {
+        use std::io::{Read, Write};
+        let rt = Runtime::builder().workers(1).build().unwrap();
+        let got = rt.block_on(|| -> std::io::Result<String> {
+            let listener = spindle::net::TcpListener::bind("127.0.0.1:0")?;
+            let addr = listener.local_addr()?;
+            let server = spindle::spawn(move || -> std::io::Result<()> {
+                let (mut conn, _) = listener.accept()?;
+                let mut buf = [0; 6];
+                conn.read_exact(&mut buf)?;
+                conn.write_all(&buf)
+            });
+            let mut client = spindle::net::TcpStream::connect(&addr)?;
+            client.write_all(b"facade")?;
+            let mut back = String::new();
+            client.read_to_string(&mut back)?;
+            server.join().unwrap()?;
+            Ok(back)
+        });
+        assert_eq!(got.unwrap(), "facade");
+    }
+
     #[cfg(feature = "sync")]
     #[test]
     fn channels_between_coroutines() {
@@ -242,6 +267,7 @@ mod rt {
         assert_eq!(total, 4950);
     }
 
+    #[cfg(unix)]
     #[test]
     fn io_types_work_in_coroutines() {
         use std::io::{Read, Write};
