@@ -174,58 +174,52 @@ pub use spindle_rt as rt;
 #[cfg(feature = "sync")]
 pub use spindle_sync as sync;
 
-/// Blocking-style IO (the `spindle-io` crate) and the backends compiled in.
-#[cfg(any(
-    feature = "rt",
-    feature = "io-epoll",
-    feature = "io-uring",
-    feature = "io-kqueue",
-    feature = "io-iocp",
-    feature = "io-polling"
-))]
-pub mod io {
-    pub use spindle_io::*;
-
-    /// The epoll backend (Linux; empty elsewhere): the `spindle-io-epoll` crate.
-    #[cfg(feature = "io-epoll")]
-    pub use spindle_io_epoll as epoll;
-    /// The IOCP backend (Windows; empty elsewhere): the `spindle-io-iocp` crate.
-    #[cfg(feature = "io-iocp")]
-    pub use spindle_io_iocp as iocp;
-    /// The kqueue backend (macOS, FreeBSD; empty elsewhere): the `spindle-io-kqueue` crate.
-    #[cfg(feature = "io-kqueue")]
-    pub use spindle_io_kqueue as kqueue;
-    /// The portable backend on the `polling` crate: the `spindle-io-polling` crate.
-    #[cfg(feature = "io-polling")]
-    pub use spindle_io_polling as polling;
-    /// The io_uring backend (Linux; empty elsewhere): the `spindle-io-uring` crate.
-    #[cfg(feature = "io-uring")]
-    pub use spindle_io_uring as uring;
+/// Gives each item the condition "some IO is compiled in" (`rt` or an `io-*` feature).
+macro_rules! with_io {
+    ($($item:item)*) => {
+        $(
+            #[cfg(any(
+                feature = "rt",
+                feature = "io-epoll",
+                feature = "io-uring",
+                feature = "io-kqueue",
+                feature = "io-iocp",
+                feature = "io-polling"
+            ))]
+            $item
+        )*
+    };
 }
 
-#[cfg(any(
-    feature = "rt",
-    feature = "io-epoll",
-    feature = "io-uring",
-    feature = "io-kqueue",
-    feature = "io-iocp",
-    feature = "io-polling"
-))]
-pub use spindle_io::net;
+with_io! {
+    /// Blocking-style IO (the `spindle-io` crate) and the backends compiled in.
+    pub mod io {
+        pub use spindle_io::*;
 
-/// Files whose reads and writes suspend only the calling coroutine (Unix): `spindle_io::fs`.
-#[cfg(all(
-    unix,
-    any(
-        feature = "rt",
-        feature = "io-epoll",
-        feature = "io-uring",
-        feature = "io-kqueue",
-        feature = "io-iocp",
-        feature = "io-polling"
-    )
-))]
-pub use spindle_io::fs;
+        /// The epoll backend (Linux; empty elsewhere): the `spindle-io-epoll` crate.
+        #[cfg(feature = "io-epoll")]
+        pub use spindle_io_epoll as epoll;
+        /// The IOCP backend (Windows; empty elsewhere): the `spindle-io-iocp` crate.
+        #[cfg(feature = "io-iocp")]
+        pub use spindle_io_iocp as iocp;
+        /// The kqueue backend (macOS, FreeBSD; empty elsewhere): the `spindle-io-kqueue` crate.
+        #[cfg(feature = "io-kqueue")]
+        pub use spindle_io_kqueue as kqueue;
+        /// The portable backend on the `polling` crate: the `spindle-io-polling` crate.
+        #[cfg(feature = "io-polling")]
+        pub use spindle_io_polling as polling;
+        /// The io_uring backend (Linux; empty elsewhere): the `spindle-io-uring` crate.
+        #[cfg(feature = "io-uring")]
+        pub use spindle_io_uring as uring;
+    }
+
+    pub use spindle_io::net;
+
+    /// Files whose reads and writes suspend only the calling coroutine (Unix):
+    /// `spindle_io::fs`.
+    #[cfg(unix)]
+    pub use spindle_io::fs;
+}
 
 pub use spindle_coro::{Coroutine, CoroutineResult, Generator, Yielder};
 
