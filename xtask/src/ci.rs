@@ -151,17 +151,7 @@ pub fn legs() -> Vec<Leg> {
              hand-offs, select), 2 preemptions",
             || {
                 // In `<target>/loom`, so that the loom build does not replace the normal one.
-                let meta = proc::run_stdout(cargo().args([
-                    "metadata",
-                    "--format-version",
-                    "1",
-                    "--no-deps",
-                ]))?;
-                let target = json::parse(meta.trim())?
-                    .get("target_directory")
-                    .and_then(Json::as_str)
-                    .map(PathBuf::from)
-                    .ok_or_else(|| "`cargo metadata` gave no target_directory".to_string())?;
+                let target = target_dir()?;
                 // `--tests`: rustdoc would build the doctests without `--cfg loom`.
                 proc::run(
                     cargo()
@@ -191,7 +181,13 @@ pub fn legs() -> Vec<Leg> {
     legs.push(Leg::custom(
         "test-windows-wine",
         "windows-gnu tests (IOCP, io, IO conformance, park) under Wine",
-        test_windows_wine,
+        || test_windows_wine(&WINE_TESTED, None),
+    ));
+    legs.push(Leg::custom(
+        "matrix-quick",
+        "the facade's feature matrix, a quick slice: defaults, no default features, a FreeBSD \
+         check (all of it: cargo xtask matrix)",
+        crate::matrix::quick,
     ));
     legs.push(Leg::custom(
         "valgrind",
@@ -206,11 +202,12 @@ pub fn legs() -> Vec<Leg> {
     legs
 }
 
-fn cross(target: &str) -> Result<(), String> {
+/// Adds `target` with rustup if it is not installed; for windows-gnu, checks for MinGW's gcc.
+pub fn ensure_target(target: &str) -> Result<(), String> {
     let mut list = Command::new("rustup");
     list.args(["target", "list", "--installed"]);
     let installed = proc::run_stdout(&mut list)
-        .map_err(|e| format!("{e} (the cross legs need rustup to add target {target})"))?;
+        .map_err(|e| format!("{e} (cross builds need rustup to add target {target})"))?;
     if !installed.lines().any(|l| l.trim() == target) {
         proc::run(Command::new("rustup").args(["target", "add", target]))?;
     }
@@ -226,6 +223,11 @@ fn cross(target: &str) -> Result<(), String> {
             ));
         }
     }
+    Ok(())
+}
+
+fn cross(target: &str) -> Result<(), String> {
+    ensure_target(target)?;
     proc::run(
         cargo()
             .args(["clippy", "--target", target])
@@ -240,24 +242,24 @@ fn cross(target: &str) -> Result<(), String> {
     )
 }
 
-/// Builds the windows-gnu tests and runs them under Wine, in a prefix under the target
-/// directory that `ci/wine/setup.sh` prepares (once: a stub `bcryptprimitives.dll`, which
-/// Wine 8 lacks and Rust's std needs, and `wineboot`).
-fn test_windows_wine() -> Result<(), String> {
-    const TARGET: &str = "x86_64-pc-windows-gnu";
-    let mut list = Command::new("rustup");
-    list.args(["target", "list", "--installed"]);
-    let installed = proc::run_stdout(&mut list)
-        .map_err(|e| format!("{e} (this leg needs rustup to add target {TARGET})"))?;
-    if !installed.lines().any(|l| l.trim() == TARGET) {
-        proc::run(Command::new("rustup").args(["target", "add", TARGET]))?;
-    }
+/// The workspace's target directory (`cargo metadata`).
+pub fn target_dir() -> Result<PathBuf, String> {
     let meta = proc::run_stdout(cargo().args(["metadata", "--format-version", "1", "--no-deps"]))?;
-    let dir = json::parse(meta.trim())?
+    json::parse(meta.trim())?
         .get("target_directory")
         .and_then(Json::as_str)
-        .map(|t| PathBuf::from(t).join("wine"))
-        .ok_or_else(|| "`cargo metadata` gave no target_directory".to_string())?;
+        .map(PathBuf::from)
+        .ok_or_else(|| "`cargo metadata` gave no target_directory".to_string())
+}
+
+/// Builds the windows-gnu tests of `packages` and runs them under Wine, in a prefix under the
+/// target directory that `ci/wine/setup.sh` prepares (once: a stub `bcryptprimitives.dll`,
+/// which Wine 8 lacks and Rust's std needs, and `wineboot`). `build_dir`: a
+/// `CARGO_TARGET_DIR` for the build (the prefix stays under the workspace's target directory).
+pub fn test_windows_wine(packages_: &[&str], build_dir: Option<PathBuf>) -> Result<(), String> {
+    const TARGET: &str = "x86_64-pc-windows-gnu";
+    ensure_target(TARGET)?;
+    let dir = target_dir()?.join("wine");
     let setup = proc::root().join("ci/wine/setup.sh");
     let wine = proc::run_stdout(Command::new("bash").arg(&setup).arg(&dir)).map_err(|e| {
         format!("{e} (it needs wine64 and gcc-mingw-w64-x86-64, which .ci/run installs)")
@@ -266,13 +268,16 @@ fn test_windows_wine() -> Result<(), String> {
     if wine.is_empty() {
         return Err(format!("{} printed no Wine executable", setup.display()));
     }
+    let mut cmd = cargo();
+    if let Some(build_dir) = build_dir {
+        cmd.env("CARGO_TARGET_DIR", build_dir);
+    }
     proc::run(
-        cargo()
-            .env("CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER", wine)
+        cmd.env("CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER", wine)
             .env("WINEPREFIX", dir.join("prefix"))
             .env("WINEDEBUG", "-all")
             .args(["test", "--target", TARGET])
-            .args(packages(&WINE_TESTED)),
+            .args(packages(packages_)),
     )
 }
 

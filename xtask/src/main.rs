@@ -2,12 +2,15 @@
 //!
 //! * `cargo xtask ci [--only LEG,..] [--skip LEG,..] [--list]`: the one test command.
 //! * `cargo xtask bench <suite> [--quick] [--json PATH] [--filter S]`: side-by-side benchmarks.
+//! * `cargo xtask matrix [--quick] [--list] [--only ENTRY,..]`: the facade's feature matrix.
 //!
-//! Std only, so that it builds in seconds on a fresh machine.
+//! Std plus indicatif (the matrix's progress bar), so that it builds in seconds on a fresh
+//! machine.
 
 mod bench;
 mod ci;
 mod json;
+mod matrix;
 mod proc;
 
 use std::process::ExitCode;
@@ -21,13 +24,18 @@ commands:
         print a summary; `cargo xtask ci --list` shows the legs
   bench <suite> [--quick] [--json PATH] [--filter S] [--rounds N]
         build spindle-bench in release (plus its boost-backend copy) and run the suite;
-        `cargo xtask bench list` shows the suites";
+        `cargo xtask bench list` shows the suites
+  matrix [--quick] [--list] [--only ENTRY,..]
+        build and test the spindle facade over its feature matrix (each feature alone, the
+        defaults, every scheduler x Linux IO backend, all features), check it for FreeBSD,
+        macOS and windows-gnu, run its tests under Wine; builds go to <target>/matrix";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci::main(&args[1..]),
         Some("bench") => bench::main(&args[1..]),
+        Some("matrix") => matrix::main(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(ExitCode::SUCCESS)

@@ -8,7 +8,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::ptr::{self, NonNull};
 
 use spindle_context::{Context, Entry, Link, STACK_RESERVED, Transfer};
-use spindle_stack::{Owner, SharedSlot, SharedStack, Stack, StackError, StackPool};
+use spindle_stack::{Owner, Stack, StackError, StackPool};
+#[cfg(feature = "stack-shared")]
+use spindle_stack::{SharedSlot, SharedStack};
 
 use crate::exchange::{ForcedUnwind, PANICKED, RETURNED, Slot, TAG, UNWIND, UNWOUND, YIELDED};
 use crate::{DefaultStack, Yielder, id};
@@ -655,6 +657,7 @@ impl Builder {
     /// # Safety
     ///
     /// As for [`Coroutine::with_shared_stack`].
+    #[cfg(feature = "stack-shared")]
     pub unsafe fn build_shared<Input, Yield, Return, F>(
         self,
         region: &SharedStack,
@@ -760,6 +763,7 @@ unsafe fn drop_box<F>(p: NonNull<u8>) {
     drop(unsafe { Box::from_raw(p.cast::<F>().as_ptr()) })
 }
 
+#[cfg(feature = "stack-shared")]
 impl<Input, Yield, Return> Coroutine<Input, Yield, Return, SharedSlot>
 where
     Input: 'static,

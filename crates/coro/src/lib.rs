@@ -75,6 +75,11 @@
 //! [`suspend`]: Yielder::suspend
 //! [`resume`]: Coroutine::resume
 #![deny(missing_docs)]
+// Builds that leave a feature out leave some shared helpers unused.
+#![cfg_attr(
+    not(all(feature = "stack-growable", feature = "stack-shared")),
+    allow(dead_code, unused_imports)
+)]
 
 mod coroutine;
 mod exchange;
@@ -88,7 +93,9 @@ pub use coroutine::{
 pub use generator::Generator;
 pub use yielder::Yielder;
 
-pub use spindle_stack::{PooledStack, SharedStack, Stack, StackError, StackPool};
+#[cfg(feature = "stack-shared")]
+pub use spindle_stack::SharedStack;
+pub use spindle_stack::{PooledStack, Stack, StackError, StackPool};
 
 /// The stack [`Coroutine::new`] uses: a stack from [`StackPool::global`].
 pub type DefaultStack = PooledStack;

@@ -1,5 +1,6 @@
 //! Coroutines on every stack kind: fixed, pooled, growable, shared (copying); overflow of each
 //! guarded kind (in child processes), exhaustion, pool reuse.
+#![cfg(all(feature = "stack-shared", feature = "stack-growable"))]
 
 use std::process::Command;
 

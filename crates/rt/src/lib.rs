@@ -71,6 +71,18 @@
 //! | `RoundRobin` | one queue per worker; new coroutines dealt in turn; no migration | predictable placement, per-worker state, measuring |
 //! | `Fifo` | one global first-in-first-out queue | fairness as a reference; latency-sensitive work with few cores |
 //!
+//! # Cargo features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `sched-ws`, `sched-rr`, `sched-fifo` | all | the [`Policy`] of that name; at least one is required (a `compile_error!` otherwise); one left out is refused by [`RuntimeBuilder::build`] with [`BuildError::NotCompiled`] |
+//! | `stack-growable` | yes | [`StackKind::Growable`] (without it: `BuildError::NotCompiled`, or a spawn error naming the feature) |
+//! | `stack-shared` | yes | [`Builder::shared_stack`] coroutines (without it: the spawn fails with an error naming the feature) |
+//! | `io-uring`, `io-epoll`, `io-kqueue`, `io-iocp` | all | that [`IoBackend`]; each compiles to nothing where the OS lacks it |
+//! | `io-polling` | no | the portable backend on the `polling` crate |
+//!
+//! The `spindle` facade has the same feature names and forwards them.
+//!
 //! # Migration and thread-locals (DESIGN.md invariant 2)
 //!
 //! A coroutine's stack may hold references into thread-locals, `Rc`s, or addresses the compiler
@@ -94,6 +106,23 @@
 //! inherits the slice (Go's rule). A monitor thread reports a coroutine that keeps its worker
 //! for more than 10 ms (configurable) without suspending.
 #![deny(missing_docs)]
+// Builds that leave a feature out leave some shared helpers unused.
+#![cfg_attr(
+    not(all(
+        feature = "sched-fifo",
+        feature = "sched-rr",
+        feature = "sched-ws",
+        feature = "stack-growable",
+        feature = "stack-shared"
+    )),
+    allow(dead_code, unused_imports)
+)]
+
+#[cfg(not(any(feature = "sched-fifo", feature = "sched-rr", feature = "sched-ws")))]
+compile_error!(
+    "spindle-rt needs at least one scheduling policy: enable the `sched-ws` (work-stealing, the \
+     default), `sched-rr` or `sched-fifo` feature (of spindle-rt, or of the spindle facade)"
+);
 
 mod blocking;
 mod coop;

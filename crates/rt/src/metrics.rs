@@ -45,6 +45,11 @@ impl WorkerCounters {
 pub struct Metrics {
     /// The policy's name.
     pub policy: &'static str,
+    /// The IO backend the workers use, as picked when the runtime was built (from the
+    /// builder, `SPINDLE_IO`, or the automatic choice with its fallback): `"io_uring"`,
+    /// `"epoll"`, `"kqueue"`, `"iocp"`, `"polling"`, `"custom"` or `"none"`. The same as
+    /// [`Runtime::io_backend`](crate::Runtime::io_backend).
+    pub io_backend: &'static str,
     /// Coroutines alive (spawned, not finished).
     pub live_coroutines: usize,
     /// Threads of the blocking pool alive now.
@@ -88,6 +93,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Metrics {
         .collect();
     Metrics {
         policy: shared.policy.name(),
+        io_backend: shared.io_name,
         live_coroutines: shared.tasks.live(),
         blocking_threads: shared.blocking.threads(),
         stacks: shared.stacks.stats(),

@@ -7,7 +7,13 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::{self, JoinHandle as ThreadJoin, Thread};
 use std::time::Duration;
 
-use spindle_sched::{Fifo, Idle, Notify, Policy as _, Reason, RoundRobin, WorkStealing};
+#[cfg(feature = "sched-fifo")]
+use spindle_sched::Fifo;
+#[cfg(feature = "sched-rr")]
+use spindle_sched::RoundRobin;
+#[cfg(feature = "sched-ws")]
+use spindle_sched::WorkStealing;
+use spindle_sched::{Idle, Notify, Policy as _, Reason};
 use spindle_stack::{PoolConfig, PoolKind, StackPool};
 
 use crate::blocking::BlockingPool;
@@ -17,16 +23,54 @@ use crate::task::{TaskRef, lock};
 use crate::worker;
 
 /// Which scheduling policy the workers share. See the crate docs for when to use which.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+///
+/// Each policy is compiled in by a cargo feature (`sched-fifo`, `sched-rr`, `sched-ws`; all
+/// three by default). The variants exist either way; [`RuntimeBuilder::build`] refuses a policy
+/// that is not compiled in with [`BuildError::NotCompiled`], which names the feature.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Policy {
     /// One global first-in-first-out queue: the fairness reference; scales the least.
+    /// Feature `sched-fifo`.
     Fifo,
     /// A queue per worker; new coroutines are dealt in turn and never migrate.
+    /// Feature `sched-rr`.
     RoundRobin,
-    /// Per-worker deques, stealing, a run-next slot: the default.
-    #[default]
+    /// Per-worker deques, stealing, a run-next slot: the default. Feature `sched-ws`.
     WorkStealing,
+}
+
+impl Default for Policy {
+    /// `WorkStealing` when it is compiled in; else `RoundRobin`, else `Fifo`.
+    fn default() -> Self {
+        if cfg!(feature = "sched-ws") {
+            Policy::WorkStealing
+        } else if cfg!(feature = "sched-rr") {
+            Policy::RoundRobin
+        } else {
+            Policy::Fifo
+        }
+    }
+}
+
+impl Policy {
+    /// The cargo feature (of `spindle-rt`, and of the `spindle` facade) that compiles it in.
+    pub fn feature(self) -> &'static str {
+        match self {
+            Policy::Fifo => "sched-fifo",
+            Policy::RoundRobin => "sched-rr",
+            Policy::WorkStealing => "sched-ws",
+        }
+    }
+
+    /// Whether this build has it.
+    pub fn is_compiled_in(self) -> bool {
+        match self {
+            Policy::Fifo => cfg!(feature = "sched-fifo"),
+            Policy::RoundRobin => cfg!(feature = "sched-rr"),
+            Policy::WorkStealing => cfg!(feature = "sched-ws"),
+        }
+    }
 }
 
 /// The stacks the runtime's coroutines get (per coroutine overridable with
@@ -39,7 +83,8 @@ pub enum StackKind {
         /// Usable bytes per stack.
         size: usize,
     },
-    /// Growable stacks: `initial` bytes committed, growing up to `max` (Unix only).
+    /// Growable stacks: `initial` bytes committed, growing up to `max` (Unix only; feature
+    /// `stack-growable`, else refused with [`BuildError::NotCompiled`], or a spawn error).
     Growable {
         /// Committed at first.
         initial: usize,
@@ -48,6 +93,7 @@ pub enum StackKind {
     },
     /// The worker's shared (copying) stack; per coroutine only, through the `unsafe`
     /// [`crate::Builder::shared_stack`]. As a runtime default it is refused by `build`.
+    /// Feature `stack-shared` (without it, such a spawn fails with an error naming it).
     Shared,
 }
 
@@ -113,6 +159,14 @@ pub enum BuildError {
     /// The IO backend could not be set up (an explicitly chosen one that this kernel refuses,
     /// or `SPINDLE_IO` naming no backend); the message says which and why.
     Io(std::io::Error),
+    /// The configuration asks for something this build leaves out: the cargo feature named
+    /// is off.
+    NotCompiled {
+        /// What was asked for (`"the fifo scheduling policy"`, ...).
+        what: &'static str,
+        /// The feature of `spindle-rt` (and of the `spindle` facade) that adds it.
+        feature: &'static str,
+    },
 }
 
 impl fmt::Display for BuildError {
@@ -122,6 +176,11 @@ impl fmt::Display for BuildError {
             BuildError::Stack(e) => write!(f, "cannot set up the runtime's stacks: {e}"),
             BuildError::Thread(e) => write!(f, "cannot spawn a worker thread: {e}"),
             BuildError::Io(e) => write!(f, "cannot set up the IO driver: {e}"),
+            BuildError::NotCompiled { what, feature } => write!(
+                f,
+                "{what} is not compiled in: enable the `{feature}` feature of spindle (or of \
+                 spindle-rt)"
+            ),
         }
     }
 }
@@ -129,7 +188,7 @@ impl fmt::Display for BuildError {
 impl std::error::Error for BuildError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            BuildError::Invalid(_) => None,
+            BuildError::Invalid(_) | BuildError::NotCompiled { .. } => None,
             BuildError::Stack(e) => Some(e),
             BuildError::Thread(e) | BuildError::Io(e) => Some(e),
         }
@@ -278,6 +337,14 @@ impl RuntimeBuilder {
                 stack_size: size,
                 ..base
             },
+            #[cfg(not(feature = "stack-growable"))]
+            StackKind::Growable { .. } => {
+                return Err(BuildError::NotCompiled {
+                    what: "growable stacks (StackKind::Growable)",
+                    feature: "stack-growable",
+                });
+            }
+            #[cfg(feature = "stack-growable")]
             StackKind::Growable { initial, max } => PoolConfig {
                 stack_size: max,
                 kind: PoolKind::Growable { initial },
@@ -293,12 +360,30 @@ impl RuntimeBuilder {
         let stacks = StackPool::new(pool_config).map_err(BuildError::Stack)?;
         let io = self.io.resolve().map_err(BuildError::Io)?;
         let policy = match self.policy {
+            #[cfg(feature = "sched-fifo")]
             Policy::Fifo => PolicyImpl::Fifo(Fifo::new(workers).map_err(sched_error)?),
+            #[cfg(feature = "sched-rr")]
             Policy::RoundRobin => {
                 PolicyImpl::RoundRobin(RoundRobin::new(workers).map_err(sched_error)?)
             }
+            #[cfg(feature = "sched-ws")]
             Policy::WorkStealing => {
                 PolicyImpl::WorkStealing(WorkStealing::new(workers).map_err(sched_error)?)
+            }
+            #[cfg(not(all(feature = "sched-fifo", feature = "sched-rr", feature = "sched-ws")))]
+            p => {
+                return Err(BuildError::NotCompiled {
+                    what: match p {
+                        Policy::Fifo => "the fifo scheduling policy (Policy::Fifo)",
+                        Policy::RoundRobin => {
+                            "the round-robin scheduling policy (Policy::RoundRobin)"
+                        }
+                        Policy::WorkStealing => {
+                            "the work-stealing scheduling policy (Policy::WorkStealing)"
+                        }
+                    },
+                    feature: p.feature(),
+                });
             }
         };
         let shared = Arc::new(Shared {
@@ -393,16 +478,22 @@ static NEXT_RUNTIME_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The policies, behind one type (an enum, so that push and pop are direct calls).
 pub(crate) enum PolicyImpl {
+    #[cfg(feature = "sched-fifo")]
     Fifo(Fifo<TaskRef>),
+    #[cfg(feature = "sched-rr")]
     RoundRobin(RoundRobin<TaskRef>),
+    #[cfg(feature = "sched-ws")]
     WorkStealing(WorkStealing<TaskRef>),
 }
 
 macro_rules! dispatch {
     ($self:expr, $p:ident => $e:expr) => {
         match $self {
+            #[cfg(feature = "sched-fifo")]
             PolicyImpl::Fifo($p) => $e,
+            #[cfg(feature = "sched-rr")]
             PolicyImpl::RoundRobin($p) => $e,
+            #[cfg(feature = "sched-ws")]
             PolicyImpl::WorkStealing($p) => $e,
         }
     };

@@ -8,7 +8,11 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
 
 use spindle_coro::SendCoroutine;
 use spindle_sched::Reason;
-use spindle_stack::{GrowableStack, PooledStack, SharedStack, StackError, StackPool};
+#[cfg(feature = "stack-growable")]
+use spindle_stack::GrowableStack;
+#[cfg(feature = "stack-shared")]
+use spindle_stack::SharedStack;
+use spindle_stack::{PooledStack, StackError, StackPool};
 
 use crate::join::JoinHandle;
 use crate::runtime::{Handle, Runtime, Shared, StackKind};
@@ -176,6 +180,7 @@ impl Builder {
 /// A coroutine's stack, whichever kind.
 pub(crate) enum TaskStack {
     Pooled(PooledStack),
+    #[cfg(feature = "stack-growable")]
     Growable(GrowableStack),
 }
 
@@ -184,30 +189,35 @@ unsafe impl spindle_stack::Stack for TaskStack {
     fn top(&self) -> std::ptr::NonNull<u8> {
         match self {
             TaskStack::Pooled(s) => s.top(),
+            #[cfg(feature = "stack-growable")]
             TaskStack::Growable(s) => s.top(),
         }
     }
     fn limit(&self) -> std::ptr::NonNull<u8> {
         match self {
             TaskStack::Pooled(s) => s.limit(),
+            #[cfg(feature = "stack-growable")]
             TaskStack::Growable(s) => s.limit(),
         }
     }
     fn usable_size(&self) -> usize {
         match self {
             TaskStack::Pooled(s) => s.usable_size(),
+            #[cfg(feature = "stack-growable")]
             TaskStack::Growable(s) => s.usable_size(),
         }
     }
     fn guard_size(&self) -> usize {
         match self {
             TaskStack::Pooled(s) => s.guard_size(),
+            #[cfg(feature = "stack-growable")]
             TaskStack::Growable(s) => s.guard_size(),
         }
     }
     fn set_owner(&self, owner: spindle_stack::Owner<'_>) {
         match self {
             TaskStack::Pooled(s) => s.set_owner(owner),
+            #[cfg(feature = "stack-growable")]
             TaskStack::Growable(s) => s.set_owner(owner),
         }
     }
@@ -225,9 +235,15 @@ fn stack_for(shared: &Shared, kind: Option<StackKind>) -> Result<TaskStack, Stac
                 pool_of_size(size)?.get().map(TaskStack::Pooled)
             }
         }
+        #[cfg(feature = "stack-growable")]
         Some(StackKind::Growable { initial, max }) => {
             GrowableStack::new(initial, max).map(TaskStack::Growable)
         }
+        #[cfg(not(feature = "stack-growable"))]
+        Some(StackKind::Growable { .. }) => Err(StackError::Disabled {
+            what: "a growable stack (StackKind::Growable)",
+            feature: "growable",
+        }),
         Some(StackKind::Shared) => unreachable!("shared stacks are per worker"),
     }
 }
@@ -267,6 +283,15 @@ where
         ));
     }
     let stack = match builder.stack {
+        #[cfg(not(feature = "stack-shared"))]
+        Some(StackKind::Shared) => {
+            return Err(StackError::Disabled {
+                what: "a coroutine on a shared stack (Builder::shared_stack)",
+                feature: "shared",
+            }
+            .into());
+        }
+        #[cfg(feature = "stack-shared")]
         Some(StackKind::Shared) => None,
         kind => Some(stack_for(shared, kind).map_err(io::Error::from)?),
     };
@@ -297,6 +322,7 @@ where
             b = b.name(name.to_string());
         }
         match stack {
+            #[cfg(feature = "stack-shared")]
             None => {
                 let header = crate::task::SendPtr(header);
                 Body::SharedPending(Box::new(move |region: &SharedStack| {
@@ -307,6 +333,8 @@ where
                     unsafe { b.build_shared(region, coroutine_body(header.0, f)) }
                 }))
             }
+            #[cfg(not(feature = "stack-shared"))]
+            None => unreachable!("refused above: shared stacks are not compiled in"),
             Some(stack) => {
                 let co = b.build_with_stack(stack, coroutine_body(header, f));
                 // SAFETY: the coroutine has not started; its closure and result are Send

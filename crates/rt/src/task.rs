@@ -38,7 +38,10 @@ use std::sync::{Arc, Mutex};
 use std::task::{Wake, Waker};
 use std::time::Instant;
 
-use spindle_coro::{Coroutine, CoroutineResult, SendCoroutine, Yielder};
+#[cfg(feature = "stack-shared")]
+use spindle_coro::Coroutine;
+use spindle_coro::{CoroutineResult, SendCoroutine, Yielder};
+#[cfg(feature = "stack-shared")]
 use spindle_stack::{SharedSlot, SharedStack};
 
 use crate::runtime::Shared;
@@ -276,9 +279,11 @@ pub(crate) struct JoinSlot<T> {
 pub(crate) type OwnCoroutine<T> = SendCoroutine<(), Suspend, Result<T, Failure>, TaskStack>;
 
 /// A task's coroutine on its worker's shared (copying) stack.
+#[cfg(feature = "stack-shared")]
 pub(crate) type SharedCoroutine<T> = Coroutine<(), Suspend, Result<T, Failure>, SharedSlot>;
 
 /// Makes a shared-stack task's coroutine on its home worker's region, at its first run.
+#[cfg(feature = "stack-shared")]
 pub(crate) type MakeShared<T> = Box<dyn FnOnce(&SharedStack) -> SharedCoroutine<T> + Send>;
 
 /// The coroutine of a task, and what becomes of it.
@@ -286,14 +291,17 @@ pub(crate) enum Body<T> {
     /// On a stack of its own (made at spawn, may start on any worker).
     Own(OwnCoroutine<T>),
     /// On a shared stack, not made yet: the home worker makes it on its region.
+    #[cfg(feature = "stack-shared")]
     SharedPending(MakeShared<T>),
     /// On a shared stack, made.
+    #[cfg(feature = "stack-shared")]
     Shared(ThreadBound<SharedCoroutine<T>>),
     /// Finished or dropped.
     Gone,
 }
 
 /// A value that stays on one thread although the type system cannot see it.
+#[cfg(feature = "stack-shared")]
 pub(crate) struct ThreadBound<C>(pub(crate) C);
 
 // SAFETY: used only for shared-stack coroutines. Such a task is pinned to its home worker at
@@ -302,6 +310,7 @@ pub(crate) struct ThreadBound<C>(pub(crate) C);
 // finishes there, and while it is alive the runtime's registry holds the task, so the last
 // reference to an unfinished task is never dropped elsewhere (at a shutdown timeout the task
 // is leaked instead).
+#[cfg(feature = "stack-shared")]
 unsafe impl<C> Send for ThreadBound<C> {}
 
 /// A task with result type `T`.
@@ -332,7 +341,9 @@ impl<T: Send + 'static> RawTask for TaskCell<T> {
         // switch.
         let result = match body {
             Body::Own(co) => co.get_mut().resume(()),
+            #[cfg(feature = "stack-shared")]
             Body::Shared(ThreadBound(co)) => co.resume(()),
+            #[cfg(feature = "stack-shared")]
             Body::SharedPending(_) => {
                 let Body::SharedPending(make) = std::mem::replace(body, Body::Gone) else {
                     unreachable!()

@@ -76,6 +76,7 @@ pub(crate) struct WorkerCtx {
     pub(crate) slice_epoch: Cell<u32>,
     loops: Cell<u32>,
     /// This worker's shared (copying) stack region, made on first use.
+    #[cfg(feature = "stack-shared")]
     region: RefCell<Option<spindle_stack::SharedStack>>,
     /// The IO driver (none with `IoBackend::None`): the worker sleeps in it and polls it.
     driver: Option<Box<dyn Driver>>,
@@ -163,6 +164,7 @@ pub(crate) fn run(
         budget: Cell::new(BUDGET),
         slice_epoch: Cell::new(0),
         loops: Cell::new(0),
+        #[cfg(feature = "stack-shared")]
         region: RefCell::new(None),
         driver,
         driver_error_logged: Cell::new(false),
@@ -379,6 +381,7 @@ impl WorkerCtx {
     ///
     /// If the region cannot be mapped (a shared-stack coroutine then cannot run; its spawn
     /// already succeeded). Rare: one mapping per worker, made once.
+    #[cfg(feature = "stack-shared")]
     pub(crate) fn shared_region(&self) -> spindle_stack::SharedStack {
         let mut region = self.region.borrow_mut();
         if region.is_none() {

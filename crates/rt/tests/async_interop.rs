@@ -1,5 +1,12 @@
 //! Futures and coroutines waiting on each other: `block_on_future` in coroutines and threads,
 //! `JoinHandle` as a future.
+#![cfg(all(
+    feature = "sched-fifo",
+    feature = "sched-rr",
+    feature = "sched-ws",
+    feature = "stack-growable",
+    feature = "stack-shared"
+))]
 
 use std::future::Future;
 use std::pin::Pin;

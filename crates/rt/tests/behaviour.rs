@@ -1,5 +1,12 @@
 //! The runtime's behaviour, run once per policy (the same suite for FIFO, round-robin and
 //! work-stealing).
+#![cfg(all(
+    feature = "sched-fifo",
+    feature = "sched-rr",
+    feature = "sched-ws",
+    feature = "stack-growable",
+    feature = "stack-shared"
+))]
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -1,5 +1,12 @@
 //! Stress and fairness: the suspend-then-publish rule under cross-thread wake-ups, the
 //! ping-pong hog, the stuck-coroutine report.
+#![cfg(all(
+    feature = "sched-fifo",
+    feature = "sched-rr",
+    feature = "sched-ws",
+    feature = "stack-growable",
+    feature = "stack-shared"
+))]
 
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

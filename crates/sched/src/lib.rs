@@ -7,7 +7,8 @@
 //! `algorithm` (`awakened` = [`push`](Policy::push), `pick_next` = [`pop`](Policy::pop),
 //! `has_ready_fibers` = [`has_work`](Policy::has_work)) plus what stealing needs.
 //!
-//! Three policies:
+//! Three policies, each behind the cargo feature of its name (`fifo`, `round-robin`,
+//! `work-stealing`; all three by default):
 //!
 //! * [`Fifo`]: the fairness reference. One global first-in-first-out order (tasks pinned to a
 //!   worker wait in that worker's queue but keep their place in the global order).
@@ -129,21 +130,34 @@
 //! # Ok::<(), spindle_sched::SchedError>(())
 //! ```
 #![deny(missing_docs)]
+// Builds that leave a feature out leave some shared helpers unused.
+#![cfg_attr(
+    not(all(feature = "fifo", feature = "round-robin", feature = "work-stealing")),
+    allow(dead_code, unused_imports)
+)]
 
 use std::fmt;
 
 mod cell;
+#[cfg(feature = "work-stealing")]
 mod deque;
+#[cfg(feature = "fifo")]
 mod fifo;
 mod idle;
 mod loom;
+#[cfg(any(feature = "round-robin", feature = "work-stealing"))]
 mod queue;
+#[cfg(feature = "round-robin")]
 mod round_robin;
+#[cfg(feature = "work-stealing")]
 mod work_stealing;
 
+#[cfg(feature = "fifo")]
 pub use fifo::Fifo;
 pub use idle::Idle;
+#[cfg(feature = "round-robin")]
 pub use round_robin::RoundRobin;
+#[cfg(feature = "work-stealing")]
 pub use work_stealing::WorkStealing;
 
 /// What a policy schedules; implemented by the runtime's task handle (an `Arc`-like pointer).

@@ -2,6 +2,7 @@
 //! once; tasks pinned by their first run stay on their worker. Plus the same under the idle
 //! protocol with real parking (no lost wake-up: the test would hang).
 #![cfg(not(loom))]
+#![cfg(all(feature = "fifo", feature = "round-robin", feature = "work-stealing"))]
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};

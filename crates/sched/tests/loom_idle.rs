@@ -10,6 +10,7 @@
 //!
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p spindle-sched --release --test loom_idle`
 #![cfg(loom)]
+#![cfg(all(feature = "fifo", feature = "round-robin", feature = "work-stealing"))]
 
 mod loom_common;
 

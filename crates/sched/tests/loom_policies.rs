@@ -6,6 +6,7 @@
 //!
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p spindle-sched --release --test loom_policies`
 #![cfg(loom)]
+#![cfg(all(feature = "fifo", feature = "round-robin", feature = "work-stealing"))]
 
 mod loom_common;
 

@@ -3,6 +3,7 @@
 //! comes out exactly once (popped or drained), homes are respected, the order is the one the
 //! policy promises, `has_work` agrees with `pop`, and the push's `Notify` is the expected one.
 #![cfg(not(loom))]
+#![cfg(all(feature = "fifo", feature = "round-robin", feature = "work-stealing"))]
 
 use std::collections::{BTreeMap, VecDeque};
 

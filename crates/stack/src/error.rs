@@ -67,6 +67,15 @@ pub enum StackError {
         /// What was asked for.
         what: &'static str,
     },
+    /// The kind of stack asked for is left out of this build: the cargo feature that adds it
+    /// is off.
+    Disabled {
+        /// What was asked for.
+        what: &'static str,
+        /// The feature of `spindle-stack` that adds it (`growable`; in the `spindle` facade,
+        /// `stack-growable`).
+        feature: &'static str,
+    },
     /// Another OS call failed.
     Os {
         /// The call that failed (`mmap`, `mprotect`, `sigaction`, ...).
@@ -129,6 +138,11 @@ impl fmt::Display for StackError {
                 "{what} is not supported on this platform; use FixedStack or a StackPool with \
                  PoolKind::Fixed",
             ),
+            StackError::Disabled { what, feature } => write!(
+                f,
+                "{what} is not compiled in: enable the `{feature}` feature of spindle-stack \
+                 (`stack-{feature}` of spindle, spindle-coro or spindle-rt)",
+            ),
             StackError::Os {
                 operation,
                 code,
@@ -161,7 +175,7 @@ impl From<StackError> for std::io::Error {
             | StackError::MapCountLimit { .. }
             | StackError::AddressSpaceLimit { .. } => ErrorKind::OutOfMemory,
             StackError::SharedStackBusy => ErrorKind::ResourceBusy,
-            StackError::Unsupported { .. } => ErrorKind::Unsupported,
+            StackError::Unsupported { .. } | StackError::Disabled { .. } => ErrorKind::Unsupported,
             StackError::Os { code, .. } => std::io::Error::from_raw_os_error(code).kind(),
         };
         std::io::Error::new(kind, err)

@@ -47,12 +47,14 @@ use crate::{Stack, os};
 /// # }
 /// # Ok::<(), spindle_stack::StackError>(())
 /// ```
+#[cfg(feature = "growable")]
 #[derive(Debug)]
 pub struct GrowableStack {
     mapping: GuardedMapping,
     initial: usize,
 }
 
+#[cfg(feature = "growable")]
 impl GrowableStack {
     /// A stack that starts with `initial` usable bytes and can grow to `max` (both rounded
     /// up to whole pages), with a one-page hard guard below.
@@ -128,6 +130,7 @@ pub(crate) fn validate_growable_sizes(
 // part not yet committed becomes readable and writable on first touch (the fault handler
 // commits it), which is what the trait requires of it. `top` is page-aligned and the
 // addresses never change (the stack grows in place).
+#[cfg(feature = "growable")]
 unsafe impl Stack for GrowableStack {
     fn top(&self) -> NonNull<u8> {
         self.mapping.top()

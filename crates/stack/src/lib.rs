@@ -11,6 +11,16 @@
 //! | growable | [`GrowableStack`] | reserves `max`, commits `initial`, grows in the fault handler (Unix) | hard guard below the reservation → message + abort |
 //! | shared (copying) | [`SharedStack`] / [`SharedSlot`] | one region for many coroutines; the running one's bytes are copied in, the evicted one's copied out | guard page → message + abort |
 //!
+//! # Cargo features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `growable` | yes | [`GrowableStack`] and [`PoolKind::Growable`] pools (without it, `StackPool::new` refuses a growable pool with [`StackError::Disabled`]) |
+//! | `shared` | yes | [`SharedStack`] / [`SharedSlot`] (copying stacks) |
+//!
+//! Fixed and pooled stacks are always there. The `spindle` facade selects these through its
+//! `stack-growable` and `stack-shared` features.
+//!
 //! # Overflow is a message, then an abort
 //!
 //! Every guarded stack is registered in a process-wide table that a `SIGSEGV`/`SIGBUS`
@@ -53,9 +63,15 @@
 //! # }
 //! ```
 #![deny(missing_docs)]
+// Builds that leave a feature out leave some shared helpers unused.
+#![cfg_attr(
+    not(all(feature = "growable", feature = "shared")),
+    allow(dead_code, unused_imports)
+)]
 
 mod error;
 mod fixed;
+// The helpers pool.rs needs are always there; `GrowableStack` itself is behind the feature.
 mod growable;
 mod mapping;
 mod os;
@@ -63,6 +79,7 @@ mod owner;
 mod pool;
 mod registry;
 mod report;
+#[cfg(feature = "shared")]
 mod shared;
 mod signal;
 mod valgrind;
@@ -71,9 +88,11 @@ use std::ptr::NonNull;
 
 pub use error::StackError;
 pub use fixed::FixedStack;
+#[cfg(feature = "growable")]
 pub use growable::GrowableStack;
 pub use owner::Owner;
 pub use pool::{PoolConfig, PoolKind, PoolStats, PooledStack, StackPool};
+#[cfg(feature = "shared")]
 pub use shared::{SharedSlot, SharedStack, SharedStackStats};
 pub use signal::prepare_thread;
 
@@ -94,7 +113,7 @@ pub fn page_size() -> usize {
 /// Valgrind cannot restart an instruction that faulted halfway (a `call` or `push` whose
 /// store hit an uncommitted page has already moved the stack pointer), so growth in a fault
 /// handler does not work under it. Under Valgrind, growable stacks are therefore committed
-/// in full when they are created, and [`GrowableStack::committed`] equals the maximum size.
+/// in full when they are created, and `GrowableStack::committed` equals the maximum size.
 /// Every stack is registered with Valgrind (`VALGRIND_STACK_REGISTER`) either way.
 ///
 /// ```

@@ -132,6 +132,14 @@ impl PoolConfig {
         }
         let kind = match self.kind {
             PoolKind::Fixed => PoolKind::Fixed,
+            #[cfg(not(feature = "growable"))]
+            PoolKind::Growable { .. } => {
+                return Err(StackError::Disabled {
+                    what: "a pool of growable stacks (PoolKind::Growable)",
+                    feature: "growable",
+                });
+            }
+            #[cfg(feature = "growable")]
             PoolKind::Growable { initial } => {
                 let (initial, _) =
                     validate_growable_sizes(initial, stack_size).map_err(|err| match err {

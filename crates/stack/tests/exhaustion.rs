@@ -1,6 +1,7 @@
 //! Running out of address space or mappings is an error that says why, never an abort.
 //! Each test runs in a child process, so the limits it hits affect nobody else.
 #![cfg(unix)]
+#![cfg(all(feature = "growable", feature = "shared"))]
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! Fixed stacks: layout, writability, the guard page, unmapping.
+#![cfg(all(feature = "growable", feature = "shared"))]
 
 mod common;
 

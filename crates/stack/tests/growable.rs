@@ -1,5 +1,6 @@
 //! Growable stacks: growth in the fault handler, the hard guard.
 #![cfg(unix)]
+#![cfg(feature = "growable")]
 
 mod common;
 

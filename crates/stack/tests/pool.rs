@@ -245,7 +245,7 @@ fn moving_to_the_shared_pool_trims() {
     assert!(resident[..resident.len() - kept].iter().all(|&r| !r));
 }
 
-#[cfg(unix)]
+#[cfg(all(unix, feature = "growable"))]
 #[test]
 fn growable_pools_shrink_grown_stacks_on_recycle() {
     let pool = pool(PoolConfig {

@@ -1,4 +1,5 @@
 //! Shared (copying) stacks: the save/restore bookkeeping, without a coroutine library.
+#![cfg(feature = "shared")]
 
 mod common;
 
