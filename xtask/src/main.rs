@@ -2,6 +2,7 @@
 //!
 //! * `cargo xtask ci [--only LEG,..] [--skip LEG,..] [--list]`: the one test command.
 //! * `cargo xtask bench <suite> [--quick] [--json PATH] [--filter S]`: side-by-side benchmarks.
+//! * `cargo xtask demo [--quick]`: the tour (`cargo run --release --example tour`).
 //!
 //! Std only, so that it builds in seconds on a fresh machine.
 
@@ -19,15 +20,41 @@ commands:
   ci [--only LEG,..] [--skip LEG,..] [--list]
         run the CI legs (fmt, clippy, tests, cross checks, valgrind, cargo-deny) and
         print a summary; `cargo xtask ci --list` shows the legs
-  bench <suite> [--quick] [--json PATH] [--filter S] [--rounds N]
+  bench <suite> [--quick] [--json PATH] [--svg PATH] [--filter S] [--rounds N]
         build spindle-bench in release (plus its boost-backend copy) and run the suite;
-        `cargo xtask bench list` shows the suites";
+        writes a chart to --svg, beside --json, or to target/bench/<suite>.svg;
+        `cargo xtask bench list` shows the suites
+  demo [--quick]
+        run the tour: `cargo run --release --example tour`";
+
+/// `cargo xtask demo [args]`: `cargo run --release -p spindle-rt --example tour -- [args]`.
+fn demo(args: &[String]) -> Result<ExitCode, String> {
+    let mut cmd = proc::cargo();
+    cmd.args([
+        "run",
+        "--release",
+        "-p",
+        "spindle-rt",
+        "--example",
+        "tour",
+        "--",
+    ])
+    .args(args);
+    proc::announce(&cmd);
+    let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
+    Ok(if status.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci::main(&args[1..]),
         Some("bench") => bench::main(&args[1..]),
+        Some("demo") => demo(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(ExitCode::SUCCESS)

@@ -194,7 +194,11 @@ pub fn write_svg(
             let ratio = v / reference;
             let end = x(ratio);
             let (y0, y1) = (row - 0.9, row - 0.1);
-            let (a, b) = if end >= base { (base, end) } else { (end, base) };
+            let (a, b) = if end >= base {
+                (base, end)
+            } else {
+                (end, base)
+            };
             chart
                 .draw_series(std::iter::once(Rectangle::new(
                     [(a, y0), (b, y1)],
@@ -334,7 +338,11 @@ mod tests {
         let benches = [bench(
             "spawn_many",
             Some("tokio-mt"),
-            &[("spindle-ws", 1227.0), ("tokio-mt", 478.0), ("std-thread", 37018.0)],
+            &[
+                ("spindle-ws", 1227.0),
+                ("tokio-mt", 478.0),
+                ("std-thread", 37018.0),
+            ],
         )];
         write_svg(&path, "sched", "", &benches).unwrap();
         let svg = check_svg(&path);
