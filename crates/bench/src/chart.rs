@@ -14,6 +14,8 @@ use std::path::Path;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
+use crate::harness::fmt_value;
+
 /// One bench's results, as the chart needs them.
 #[derive(Debug, Clone)]
 pub struct ChartBench {
@@ -41,7 +43,7 @@ impl ChartBench {
 const WIDTH: u32 = 1000;
 const ROW: u32 = 17;
 const TOP: u32 = 56;
-const BOTTOM: u32 = 64;
+const BOTTOM: u32 = 110;
 
 /// Formats a ratio: 0.952×, 2.38×, 42×.
 fn fmt_ratio(r: f64) -> String {
@@ -53,17 +55,6 @@ fn fmt_ratio(r: f64) -> String {
         format!("{r:.2}×")
     } else {
         format!("{r:.3}×")
-    }
-}
-
-fn fmt_value(v: f64) -> String {
-    let a = v.abs();
-    if a >= 1000.0 {
-        format!("{v:.0}")
-    } else if a >= 10.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
     }
 }
 
@@ -125,11 +116,12 @@ pub fn write_svg(
     let err = |e: &dyn std::fmt::Display| format!("chart {}: {e}", path.display());
     let root = SVGBackend::new(path, (WIDTH, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
+    let (upper, footer) = root.split_vertically(height - 44);
     let title = format!("{suite}: ratio to each bench's reference impl");
-    let mut chart = ChartBuilder::on(&root)
+    let mut chart = ChartBuilder::on(&upper)
         .caption(&title, ("sans-serif", 20))
         .margin(12)
-        .x_label_area_size(34)
+        .x_label_area_size(48)
         .y_label_area_size(0)
         .build_cartesian_2d(x_lo..x_hi, 0.0..rows as f64)
         .map_err(|e| err(&e))?;
@@ -142,11 +134,18 @@ pub fn write_svg(
     } else {
         "ratio to the reference (1×)"
     };
+    // On the log axis, ticks at the powers of ten: as many labels as whole decades.
+    let labels = if log {
+        (x_hi - x_lo).ceil() as usize + 1
+    } else {
+        12
+    };
     chart
         .configure_mesh()
         .disable_y_mesh()
         .disable_y_axis()
-        .x_labels(12)
+        .x_labels(labels)
+        .x_max_light_lines(if log { 0 } else { 4 })
         .x_label_formatter(&tick)
         .x_desc(x_desc)
         .label_style(("sans-serif", 12))
@@ -228,22 +227,24 @@ pub fn write_svg(
     }
 
     let footer_style = TextStyle::from(("sans-serif", 12).into_font());
-    root.draw(&Text::new(
-        subtitle.to_string(),
-        (12, height as i32 - 22),
-        footer_style.clone(),
-    ))
-    .map_err(|e| err(&e))?;
-    if !skipped.is_empty() {
-        root.draw(&Text::new(
-            format!(
-                "not charted (no measured reference): {}",
-                skipped.join(", ")
-            ),
-            (12, height as i32 - 40),
-            footer_style,
+    footer
+        .draw(&Text::new(
+            subtitle.to_string(),
+            (12, 26),
+            footer_style.clone(),
         ))
         .map_err(|e| err(&e))?;
+    if !skipped.is_empty() {
+        footer
+            .draw(&Text::new(
+                format!(
+                    "not charted (no measured reference): {}",
+                    skipped.join(", ")
+                ),
+                (12, 8),
+                footer_style,
+            ))
+            .map_err(|e| err(&e))?;
     }
     root.present().map_err(|e| err(&e))?;
     Ok(charted.len())

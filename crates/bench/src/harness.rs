@@ -367,7 +367,7 @@ fn stats(samples: &[f64]) -> Option<Stats> {
 }
 
 /// Formats a value with a precision that suits its size.
-fn fmt_value(v: f64) -> String {
+pub fn fmt_value(v: f64) -> String {
     let a = v.abs();
     if a >= 1000.0 {
         format!("{v:.0}")
