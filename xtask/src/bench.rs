@@ -8,6 +8,9 @@
 //! `SPINDLE_BENCH_BOOST_BIN` / `SPINDLE_BENCH_FP_ENV_BIN`; the main
 //! binary runs `<that> measure <bench> spindle` for those rows. If that build fails, the bench
 //! still runs and the `spindle-boost` rows report the error.
+//!
+//! Each suite run also writes an SVG bar chart of the ratios: to `--svg PATH` if given, else
+//! beside `--json PATH` (same name, `.svg`), else to `<target>/bench/<suite>.svg`.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -84,10 +87,32 @@ fn needs_boost(args: &[String]) -> bool {
     )
 }
 
+/// Whether the arguments run a suite (not a subcommand such as `list` or `measure`).
+fn runs_suite(args: &[String]) -> bool {
+    !matches!(
+        args.first().map(String::as_str),
+        None | Some(
+            "list"
+                | "backend"
+                | "variants"
+                | "measure"
+                | "serve"
+                | "load"
+                | "help"
+                | "-h"
+                | "--help"
+        )
+    )
+}
+
 pub fn main(args: &[String]) -> Result<ExitCode, String> {
     let main_bin = build(&[])?;
     let mut run = Command::new(&main_bin);
     run.args(args);
+    if runs_suite(args) && !args.iter().any(|a| a == "--svg" || a == "--json") {
+        let svg = target_dir()?.join("bench").join(format!("{}.svg", args[0]));
+        run.arg("--svg").arg(svg);
+    }
     if needs_boost(args) {
         for (feature, env) in variants(&main_bin)? {
             let dir = target_dir()?.join(format!("bench-{feature}"));

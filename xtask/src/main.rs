@@ -3,6 +3,7 @@
 //! * `cargo xtask ci [--only LEG,..] [--skip LEG,..] [--list]`: the one test command.
 //! * `cargo xtask bench <suite> [--quick] [--json PATH] [--filter S]`: side-by-side benchmarks.
 //! * `cargo xtask matrix [--quick] [--list] [--only ENTRY,..]`: the facade's feature matrix.
+//! * `cargo xtask demo [--quick]`: the tour (`cargo run --release --example tour`).
 //!
 //! Std plus indicatif (the matrix's progress bar), so that it builds in seconds on a fresh
 //! machine.
@@ -22,13 +23,38 @@ commands:
   ci [--only LEG,..] [--skip LEG,..] [--list]
         run the CI legs (fmt, clippy, tests, cross checks, valgrind, cargo-deny) and
         print a summary; `cargo xtask ci --list` shows the legs
-  bench <suite> [--quick] [--json PATH] [--filter S] [--rounds N]
+  bench <suite> [--quick] [--json PATH] [--svg PATH] [--filter S] [--rounds N]
         build spindle-bench in release (plus its boost-backend copy) and run the suite;
+        writes a chart to --svg, beside --json, or to target/bench/<suite>.svg;
         `cargo xtask bench list` shows the suites
   matrix [--quick] [--list] [--only ENTRY,..]
         build and test the spindle facade over its feature matrix (each feature alone, the
         defaults, every scheduler x Linux IO backend, all features), check it for FreeBSD,
-        macOS and windows-gnu, run its tests under Wine; builds go to <target>/matrix";
+        macOS and windows-gnu, run its tests under Wine; builds go to <target>/matrix
+  demo [--quick]
+        run the tour: `cargo run --release --example tour`";
+
+/// `cargo xtask demo [args]`: `cargo run --release -p spindle-rt --example tour -- [args]`.
+fn demo(args: &[String]) -> Result<ExitCode, String> {
+    let mut cmd = proc::cargo();
+    cmd.args([
+        "run",
+        "--release",
+        "-p",
+        "spindle-rt",
+        "--example",
+        "tour",
+        "--",
+    ])
+    .args(args);
+    proc::announce(&cmd);
+    let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
+    Ok(if status.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -36,6 +62,7 @@ fn main() -> ExitCode {
         Some("ci") => ci::main(&args[1..]),
         Some("bench") => bench::main(&args[1..]),
         Some("matrix") => matrix::main(&args[1..]),
+        Some("demo") => demo(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(ExitCode::SUCCESS)

@@ -10,6 +10,8 @@
 //!   max are shown too).
 //! * An impl that fails (returns `Err`, panics, or its child process fails) gets an `error:` row;
 //!   the run goes on and the process exits non-zero at the end.
+//! * The results go to the terminal as a table, to `--json PATH`, and as a bar chart of the
+//!   ratios to `--svg PATH` (default: beside the JSON, same name, `.svg`; see [`crate::chart`]).
 
 use std::fmt::Write as _;
 use std::hint::black_box;
@@ -18,6 +20,8 @@ use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+use crate::chart::{self, ChartBench};
 
 /// The unit of a bench's values. Lower is better for all but [`Unit::Qps`].
 #[allow(dead_code, reason = "the units of later suites (rt, io, sync)")]
@@ -45,7 +49,6 @@ impl Unit {
     }
 
     /// Whether a higher value is better (only queries per second).
-    #[allow(dead_code, reason = "for later suites")]
     pub fn higher_is_better(self) -> bool {
         matches!(self, Unit::Qps)
     }
@@ -224,7 +227,18 @@ pub struct RunOptions {
     pub quick: bool,
     pub rounds: usize,
     pub json: Option<PathBuf>,
+    /// Where the chart goes; `None`: beside `json` (`.svg`), or nowhere without `json`.
+    pub svg: Option<PathBuf>,
     pub filter: Option<String>,
+}
+
+impl RunOptions {
+    /// Where the chart goes: `--svg`, else beside `--json` with the extension `.svg`.
+    pub fn svg_path(&self) -> Option<PathBuf> {
+        self.svg
+            .clone()
+            .or_else(|| self.json.as_ref().map(|j| j.with_extension("svg")))
+    }
 }
 
 /// Runs `f`, turning a panic into an error.
@@ -353,7 +367,7 @@ fn stats(samples: &[f64]) -> Option<Stats> {
 }
 
 /// Formats a value with a precision that suits its size.
-fn fmt_value(v: f64) -> String {
+pub fn fmt_value(v: f64) -> String {
     let a = v.abs();
     if a >= 1000.0 {
         format!("{v:.0}")
@@ -461,6 +475,7 @@ pub fn run_suite(suite: &Suite, opts: &RunOptions) -> Result<bool, String> {
 
     let mut variant_bins: Vec<(&'static str, Result<PathBuf, String>)> = Vec::new();
     let mut json_rows = Vec::new();
+    let mut chart_benches = Vec::new();
     let mut all_ok = true;
     for bench in &benches {
         let mut rows: Vec<Row> = bench
@@ -520,6 +535,13 @@ pub fn run_suite(suite: &Suite, opts: &RunOptions) -> Result<bool, String> {
                 .and_then(|row| stats(&row.samples))
                 .map(|s| (r, s.median))
         });
+        let mut chart = ChartBench {
+            name: bench.name.to_string(),
+            unit: bench.unit.as_str().to_string(),
+            higher_is_better: bench.unit.higher_is_better(),
+            reference: bench.reference.map(str::to_string),
+            values: Vec::new(),
+        };
         for row in &rows {
             let prefix = format!("{:<W_BENCH$} {:<W_IMPL$}", bench.name, row.imp);
             if let Some(e) = &row.error {
@@ -552,7 +574,9 @@ pub fn run_suite(suite: &Suite, opts: &RunOptions) -> Result<bool, String> {
                 json_value(s.median),
                 json_string(bench.unit.as_str())
             ));
+            chart.values.push((row.imp.to_string(), s.median));
         }
+        chart_benches.push(chart);
     }
 
     let notes: Vec<(&str, &str)> = benches
@@ -577,6 +601,24 @@ pub fn run_suite(suite: &Suite, opts: &RunOptions) -> Result<bool, String> {
             .map_err(|e| format!("cannot write JSON report {}: {e}", path.display()))?;
         println!();
         println!("wrote {}", path.display());
+    }
+    if let Some(path) = opts.svg_path() {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+        let subtitle = format!(
+            "spindle-bench {}{}, median of {rounds} rounds, {}; {}",
+            suite.name,
+            if opts.quick { " --quick" } else { "" },
+            chart::today(),
+            machine_info()
+        );
+        let n = chart::write_svg(&path, suite.name, &subtitle, &chart_benches)?;
+        if json_rows.is_empty() || opts.json.is_none() {
+            println!();
+        }
+        println!("wrote {} ({n} benches charted)", path.display());
     }
     if !all_ok {
         eprintln!("spindle-bench: some rows failed to measure (see `error:` rows above)");

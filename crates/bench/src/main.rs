@@ -1,7 +1,7 @@
 //! `spindle-bench`: side-by-side benchmarks of Spindle against its peers.
 //!
 //! ```text
-//! spindle-bench <suite> [--quick] [--json PATH] [--filter SUBSTRING] [--rounds N]
+//! spindle-bench <suite> [--quick] [--json PATH] [--svg PATH] [--filter SUBSTRING] [--rounds N]
 //! spindle-bench measure <bench> <impl> [--quick]    (prints `value=<f64>`; used for child runs)
 //! spindle-bench list
 //! spindle-bench backend                             (prints `native`, `native+fp-env` or `boost`)
@@ -15,6 +15,7 @@
 //! builds a copy per variant (`variants`: the boost backend, fp-env) and passes their paths in
 //! the variants' env vars. See `harness` for how values are measured.
 
+mod chart;
 mod core;
 mod harness;
 mod io;
@@ -33,7 +34,7 @@ fn suites() -> Vec<Suite> {
 
 const USAGE: &str = "\
 usage:
-  spindle-bench <suite> [--quick] [--json PATH] [--filter SUBSTRING] [--rounds N]
+  spindle-bench <suite> [--quick] [--json PATH] [--svg PATH] [--filter SUBSTRING] [--rounds N]
   spindle-bench measure <bench> <impl> [--quick]
   spindle-bench list
   spindle-bench backend
@@ -43,6 +44,7 @@ usage:
 
   --quick          15 ms per time sample and 3 rounds (default 100 ms and 9)
   --json PATH      write the results (value = median) as JSON
+  --svg PATH       write a bar chart of the ratios (default: beside --json, as .svg)
   --filter S       only benches whose name contains S
   --rounds N       number of side-by-side rounds";
 
@@ -118,6 +120,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
 fn parse_run_options(args: &[String]) -> Result<RunOptions, String> {
     let mut quick = false;
     let mut json = None;
+    let mut svg = None;
     let mut filter = None;
     let mut rounds = None;
     let mut it = args.iter();
@@ -130,6 +133,7 @@ fn parse_run_options(args: &[String]) -> Result<RunOptions, String> {
         match a.as_str() {
             "--quick" => quick = true,
             "--json" => json = Some(PathBuf::from(value("--json")?)),
+            "--svg" => svg = Some(PathBuf::from(value("--svg")?)),
             "--filter" => filter = Some(value("--filter")?),
             "--rounds" => {
                 let v = value("--rounds")?;
@@ -149,6 +153,7 @@ fn parse_run_options(args: &[String]) -> Result<RunOptions, String> {
         quick,
         rounds,
         json,
+        svg,
         filter,
     })
 }

@@ -1,15 +1,17 @@
 //! The examples, exercised: each example's `serve` runs in a runtime while plain threads act
-//! as clients.
+//! as clients; the tour runs at a small scale.
 
 #[allow(dead_code)]
 #[path = "../examples/chat.rs"]
 mod chat;
 #[allow(dead_code)]
-#[path = "../examples/echo.rs"]
-mod echo;
-#[allow(dead_code)]
 #[path = "../examples/http_hello.rs"]
 mod http_hello;
+#[allow(dead_code)]
+#[path = "../examples/tour.rs"]
+mod tour;
+
+use tour::echo; // the tour includes the echo example
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
@@ -334,4 +336,10 @@ fn chat_tears_everything_down_when_clients_leave() {
     wait_for("only the acceptor left", || {
         rt.metrics().live_coroutines == 1
     });
+}
+
+#[test]
+fn tour_runs_every_part_at_a_small_scale() {
+    // Each part checks its own results (sums, counts) and fails with an error otherwise.
+    tour::run(&tour::Scale::tiny()).unwrap();
 }
