@@ -1,7 +1,10 @@
 //! [`WaitGroup`]: wait for a counted set of tasks to finish.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::loom::{StdMutex, const_fn, lock};
@@ -39,6 +42,8 @@ struct State {
 /// * [`wait`](WaitGroup::wait) returns at once if the count is zero, else when it reaches
 ///   zero. A `WaitGroup` is reusable: `add` after a release starts a new round.
 /// * **Spurious wake-ups**: none. **Cancellation**: a cancelled waiter leaves the list.
+/// * **Async**: [`wait_async`](WaitGroup::wait_async) is `wait` as a future, in the same
+///   list as blocking waiters; dropping it pending leaves the list.
 pub struct WaitGroup {
     state: StdMutex<State>,
 }
@@ -124,6 +129,31 @@ impl WaitGroup {
         true
     }
 
+    /// Waits until the count is zero, as a future: [`wait`](WaitGroup::wait) for async code,
+    /// woken through the polling task's `Waker`, with no executor assumed. Ready at once
+    /// (when polled) if the count is zero. Dropping it while it waits leaves the wait list.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use spindle_sync::WaitGroup;
+    ///
+    /// let wg = Arc::new(WaitGroup::new());
+    /// wg.add(2);
+    /// for _ in 0..2 {
+    ///     let wg = wg.clone();
+    ///     std::thread::spawn(move || wg.done());
+    /// }
+    /// spindle_park::block_on(wg.wait_async());
+    /// assert_eq!(wg.count(), 0);
+    /// ```
+    pub fn wait_async(&self) -> WaitGroupWait<'_> {
+        WaitGroupWait {
+            wg: self,
+            cx: None,
+            done: false,
+        }
+    }
+
     fn remove(&self, cx: &Arc<Waiter>) {
         let mut state = lock(&self.state);
         if let Some(i) = state.waiters.iter().position(|w| Arc::ptr_eq(w, cx)) {
@@ -148,6 +178,65 @@ impl Drop for Abandon<'_> {
         if self.cx.try_abort() {
             self.wg.remove(self.cx);
         }
+    }
+}
+
+/// The future of [`WaitGroup::wait_async`]: ready when the count is zero.
+#[must_use = "futures do nothing unless polled"]
+pub struct WaitGroupWait<'a> {
+    wg: &'a WaitGroup,
+    /// The listed record, while it waits.
+    cx: Option<Arc<Waiter>>,
+    /// Returned `Ready` (later polls are `Ready` again).
+    done: bool,
+}
+
+impl Future for WaitGroupWait<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(());
+        }
+        match &this.cx {
+            Some(waiter) => {
+                if waiter.poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                this.cx = None;
+            }
+            None => {
+                let mut state = lock(&this.wg.state);
+                if state.count > 0 {
+                    let waiter = Waiter::new_async(cx.waker());
+                    state.waiters.push(waiter.clone());
+                    this.cx = Some(waiter);
+                    return Poll::Pending;
+                }
+            }
+        }
+        this.done = true;
+        Poll::Ready(())
+    }
+}
+
+impl Drop for WaitGroupWait<'_> {
+    fn drop(&mut self) {
+        if let Some(cx) = self.cx.take()
+            && cx.try_abort()
+        {
+            self.wg.remove(&cx);
+        }
+    }
+}
+
+impl fmt::Debug for WaitGroupWait<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WaitGroupWait")
+            .field("waiting", &self.cx.is_some())
+            .field("done", &self.done)
+            .finish()
     }
 }
 
