@@ -242,8 +242,10 @@ impl fmt::Debug for WaitGroupWait<'_> {
 
 impl fmt::Debug for WaitGroup {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = lock(&self.state);
         f.debug_struct("WaitGroup")
-            .field("count", &self.count())
+            .field("count", &state.count)
+            .field("waiters", &state.waiters.len())
             .finish()
     }
 }

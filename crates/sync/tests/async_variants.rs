@@ -585,7 +585,9 @@ fn waitgroup_drop_pending_leaves_the_list() {
     let (w, c) = counting();
     let mut f = wg.wait_async();
     pending(&mut f, &w);
+    assert!(waiters(&wg).contains("waiters: 1"));
     drop(f);
+    assert!(waiters(&wg).contains("waiters: 0"), "no record left behind");
     assert!(wg.done());
     assert_eq!(count(&c), 0);
 }
@@ -622,6 +624,7 @@ fn recv_drop_pending_on_a_rendezvous_channel() {
     let mut f = rx.recv_async();
     pending(&mut f, &w);
     drop(f);
+    assert!(waiters(&tx).contains("waiting_receivers: 0"), "no record left behind");
     assert!(tx.try_send(1).is_err(), "no receiver waits any more");
     assert_eq!(count(&c), 0);
 }
@@ -632,7 +635,9 @@ fn send_drop_pending_withdraws_the_message() {
     let (w, c) = counting();
     let mut f = tx.send_async(1);
     pending(&mut f, &w);
+    assert!(waiters(&rx).contains("waiting_senders: 1"));
     drop(f);
+    assert!(waiters(&rx).contains("waiting_senders: 0"), "no record left behind");
     assert_eq!(rx.try_recv(), Err(mpsc::TryRecvError::Empty));
     assert_eq!(count(&c), 0);
 
