@@ -75,7 +75,11 @@ fn the_latest_pollers_waker_is_woken() {
     pending(&mut f, &w1);
     pending(&mut f, &w2); // e.g. the future moved to another task
     n.notify_one();
-    assert_eq!((count(&c1), count(&c2)), (0, 1), "the new waker is woken, not the old");
+    assert_eq!(
+        (count(&c1), count(&c2)),
+        (0, 1),
+        "the new waker is woken, not the old"
+    );
     ready(&mut f, &w2);
     assert_eq!(count(&c2), 1);
 }
@@ -293,7 +297,11 @@ fn semaphore_fifo_across_a_coroutine_a_future_and_a_thread() {
     assert!(order.lock().unwrap().is_empty());
     sem.add_permits(1);
     co.join().unwrap();
-    assert_eq!(count(&c), 0, "the future is not served before the coroutine");
+    assert_eq!(
+        count(&c),
+        0,
+        "the future is not served before the coroutine"
+    );
     sem.add_permits(1);
     assert_eq!(count(&c), 1, "then the future");
     ready(&mut fut, &w).unwrap().forget();
@@ -323,7 +331,11 @@ fn rwlock_fifo_a_future_writer_between_thread_readers() {
     *g = 5;
     assert!(!reader.is_finished());
     drop(g);
-    assert_eq!(reader.join().unwrap(), 5, "the reader got in after the writer");
+    assert_eq!(
+        reader.join().unwrap(),
+        5,
+        "the reader got in after the writer"
+    );
 }
 
 #[test]
@@ -463,7 +475,7 @@ fn mutex_drop_after_retry_wake_wakes_the_next() {
     assert!(!m.is_locked());
     drop(f);
     assert_eq!(count(&cg), 1, "the wake-up was passed on");
-    ready(&mut next, &wg);
+    drop(ready(&mut next, &wg));
 }
 
 #[test]
@@ -492,7 +504,11 @@ fn rwlock_drop_after_grant_passes_the_lock_on() {
     drop(wr); // the reader (first in line) is granted a read lock
     assert_eq!((count(&cf), count(&cg)), (1, 0));
     drop(reader);
-    assert_eq!(count(&cg), 1, "its read lock was released: the writer is in");
+    assert_eq!(
+        count(&cg),
+        1,
+        "its read lock was released: the writer is in"
+    );
     *ready(&mut writer, &wg) = 1;
     assert_eq!(*l.read(), 1);
 
@@ -624,7 +640,10 @@ fn recv_drop_pending_on_a_rendezvous_channel() {
     let mut f = rx.recv_async();
     pending(&mut f, &w);
     drop(f);
-    assert!(waiters(&tx).contains("waiting_receivers: 0"), "no record left behind");
+    assert!(
+        waiters(&tx).contains("waiting_receivers: 0"),
+        "no record left behind"
+    );
     assert!(tx.try_send(1).is_err(), "no receiver waits any more");
     assert_eq!(count(&c), 0);
 }
@@ -637,7 +656,10 @@ fn send_drop_pending_withdraws_the_message() {
     pending(&mut f, &w);
     assert!(waiters(&rx).contains("waiting_senders: 1"));
     drop(f);
-    assert!(waiters(&rx).contains("waiting_senders: 0"), "no record left behind");
+    assert!(
+        waiters(&rx).contains("waiting_senders: 0"),
+        "no record left behind"
+    );
     assert_eq!(rx.try_recv(), Err(mpsc::TryRecvError::Empty));
     assert_eq!(count(&c), 0);
 
