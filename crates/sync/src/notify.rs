@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::loom::{StdMutex, const_fn, lock};
-use crate::waiter::{Waiter, deadline_after};
+use crate::waiter::{OnceWait, Waiter, deadline_after};
 
 const OP_ONE: usize = 0;
 const OP_ALL: usize = 1;
@@ -167,8 +167,7 @@ impl Notify {
     pub fn notified(&self) -> Notified<'_> {
         Notified {
             notify: self,
-            cx: None,
-            done: false,
+            wait: OnceWait::default(),
         }
     }
 
@@ -213,10 +212,7 @@ impl Notify {
 #[must_use = "futures do nothing unless polled"]
 pub struct Notified<'a> {
     notify: &'a Notify,
-    /// The queued record, while it waits.
-    cx: Option<Arc<Waiter>>,
-    /// Returned `Ready` (a later poll is `Ready` again, and queues nothing).
-    done: bool,
+    wait: OnceWait,
 }
 
 impl Future for Notified<'_> {
@@ -224,34 +220,22 @@ impl Future for Notified<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
-        if this.done {
-            return Poll::Ready(());
-        }
-        match &this.cx {
-            Some(waiter) => {
-                if waiter.poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-                this.cx = None;
+        let notify = this.notify;
+        this.wait.poll(cx, |waker| {
+            let mut state = lock(&notify.state);
+            if std::mem::take(&mut state.permit) {
+                return None;
             }
-            None => {
-                let mut state = lock(&this.notify.state);
-                if !std::mem::take(&mut state.permit) {
-                    let waiter = Waiter::new_async(cx.waker());
-                    state.waiters.push_back(waiter.clone());
-                    this.cx = Some(waiter);
-                    return Poll::Pending;
-                }
-            }
-        }
-        this.done = true;
-        Poll::Ready(())
+            let waiter = Waiter::new_async(waker);
+            state.waiters.push_back(waiter.clone());
+            Some(waiter)
+        })
     }
 }
 
 impl Drop for Notified<'_> {
     fn drop(&mut self) {
-        if let Some(cx) = self.cx.take() {
+        if let Some(cx) = self.wait.cx.take() {
             self.notify.abandon(&cx);
         }
     }
@@ -260,8 +244,8 @@ impl Drop for Notified<'_> {
 impl fmt::Debug for Notified<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Notified")
-            .field("waiting", &self.cx.is_some())
-            .field("done", &self.done)
+            .field("waiting", &self.wait.cx.is_some())
+            .field("done", &self.wait.done)
             .finish()
     }
 }

@@ -321,6 +321,48 @@ impl Waiter {
     }
 }
 
+/// The waiting state of a simple future (one that waits once for a wake-up that hands it
+/// nothing to pass on but the wake-up itself: `Notify`, `WaitGroup`): its queued record, and
+/// whether it has returned `Ready`.
+#[derive(Debug, Default)]
+pub(crate) struct OnceWait {
+    /// The queued record, while it waits.
+    pub(crate) cx: Option<Arc<Waiter>>,
+    /// Returned `Ready` (later polls are `Ready` again, and queue nothing).
+    pub(crate) done: bool,
+}
+
+impl OnceWait {
+    /// `Ready` once the record was completed. On the first poll `register` either finds the
+    /// condition met (`None`: ready at once) or queues a record made with the waker it is
+    /// given (`Some`).
+    pub(crate) fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        register: impl FnOnce(&Waker) -> Option<Arc<Waiter>>,
+    ) -> Poll<()> {
+        if self.done {
+            return Poll::Ready(());
+        }
+        match &self.cx {
+            Some(waiter) => {
+                if waiter.poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                self.cx = None;
+            }
+            None => {
+                if let Some(waiter) = register(cx.waker()) {
+                    self.cx = Some(waiter);
+                    return Poll::Pending;
+                }
+            }
+        }
+        self.done = true;
+        Poll::Ready(())
+    }
+}
+
 /// `Some(deadline)` for a timeout, `None` ("wait forever") if it does not fit in an `Instant`.
 pub(crate) fn deadline_after(timeout: std::time::Duration) -> Option<Instant> {
     Instant::now().checked_add(timeout)

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::loom::{StdMutex, const_fn, lock};
-use crate::waiter::{Waiter, deadline_after};
+use crate::waiter::{OnceWait, Waiter, deadline_after};
 
 struct State {
     count: usize,
@@ -149,8 +149,7 @@ impl WaitGroup {
     pub fn wait_async(&self) -> WaitGroupWait<'_> {
         WaitGroupWait {
             wg: self,
-            cx: None,
-            done: false,
+            wait: OnceWait::default(),
         }
     }
 
@@ -185,10 +184,7 @@ impl Drop for Abandon<'_> {
 #[must_use = "futures do nothing unless polled"]
 pub struct WaitGroupWait<'a> {
     wg: &'a WaitGroup,
-    /// The listed record, while it waits.
-    cx: Option<Arc<Waiter>>,
-    /// Returned `Ready` (later polls are `Ready` again).
-    done: bool,
+    wait: OnceWait,
 }
 
 impl Future for WaitGroupWait<'_> {
@@ -196,34 +192,22 @@ impl Future for WaitGroupWait<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
-        if this.done {
-            return Poll::Ready(());
-        }
-        match &this.cx {
-            Some(waiter) => {
-                if waiter.poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-                this.cx = None;
+        let wg = this.wg;
+        this.wait.poll(cx, |waker| {
+            let mut state = lock(&wg.state);
+            if state.count == 0 {
+                return None;
             }
-            None => {
-                let mut state = lock(&this.wg.state);
-                if state.count > 0 {
-                    let waiter = Waiter::new_async(cx.waker());
-                    state.waiters.push(waiter.clone());
-                    this.cx = Some(waiter);
-                    return Poll::Pending;
-                }
-            }
-        }
-        this.done = true;
-        Poll::Ready(())
+            let waiter = Waiter::new_async(waker);
+            state.waiters.push(waiter.clone());
+            Some(waiter)
+        })
     }
 }
 
 impl Drop for WaitGroupWait<'_> {
     fn drop(&mut self) {
-        if let Some(cx) = self.cx.take()
+        if let Some(cx) = self.wait.cx.take()
             && cx.try_abort()
         {
             self.wg.remove(&cx);
@@ -234,8 +218,8 @@ impl Drop for WaitGroupWait<'_> {
 impl fmt::Debug for WaitGroupWait<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WaitGroupWait")
-            .field("waiting", &self.cx.is_some())
-            .field("done", &self.done)
+            .field("waiting", &self.wait.cx.is_some())
+            .field("done", &self.wait.done)
             .finish()
     }
 }
