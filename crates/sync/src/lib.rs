@@ -9,7 +9,7 @@
 //!
 //! | primitive | what |
 //! |---|---|
-//! | [`Mutex`] | lock, `try_lock`, `try_lock_for/until`; FIFO queue with barging; a waiter overdue by 1 ms is handed the lock (rationed to once per ms) |
+//! | [`Mutex`] | lock, `lock_async`, `try_lock`, `try_lock_for/until`; FIFO queue with barging; a waiter overdue by 1 ms is handed the lock (rationed to once per ms) |
 //! | [`RwLock`] | readers or one writer; FIFO with read batches: neither side starves |
 //! | [`Condvar`] | `wait`, `wait_while`, `wait_timeout(_while)`, `wait_until(_while)`; **no spurious wake-ups** |
 //! | [`Semaphore`] | acquire `n`, `try_`, `_timeout`/`_deadline`, close; FIFO |
@@ -55,6 +55,56 @@
 //! notification, a hand-off, a timeout, a cancellation — is decided by one compare-and-swap on
 //! the record's state word, so exactly one party decides and nothing is handed to a waiter
 //! that has left.
+//!
+//! # Async variants
+//!
+//! So that async code and coroutines can wait on each other, the primitives that wait for
+//! something offer it as a future too: [`Mutex::lock_async`], [`RwLock::read_async`] /
+//! [`write_async`](RwLock::write_async), [`Semaphore::acquire_async`] /
+//! [`acquire_many_async`](Semaphore::acquire_many_async), [`Notify::notified`],
+//! [`WaitGroup::wait_async`], the channels' `send_async` / `recv_async`
+//! ([`mpsc::Sender::send_async`], [`mpsc::Receiver::recv_async`], the same in [`mpmc`]),
+//! [`oneshot::Receiver::recv_async`], and a [`oneshot::Receiver`] can be awaited.
+//!
+//! * **Runtime-agnostic.** A pending future is woken through the `Waker` of the `Context` it
+//!   was last polled with; no executor is assumed (any executor, `spindle_park::block_on`
+//!   inside a coroutine, or a hand-written loop).
+//! * **One queue.** A pending future's waiter record goes into the primitive's own wait queue,
+//!   next to those of blocked coroutines and threads: all are served in one FIFO order, with
+//!   the same policy (a mutex's barging and hand-off, a rwlock's read batches, ...). A future
+//!   does nothing until it is first polled, and it queues then.
+//! * **Cancel-safe.** Dropping a pending future is a cancellation (below): its record leaves
+//!   the queue, and a lock, permits, a `notify_one` or a message handed to it in that instant
+//!   is passed on. A dropped send future drops its message unless it was already taken.
+//! * The record is an `Arc` the future holds (nothing points into the future), so every future
+//!   here is `Unpin` and may move between polls, and shared-stack coroutines can hold them.
+//! * **No spurious completions**: a future is ready only with what it waited for. Polling one
+//!   again after it was ready is a misuse with harmless results (the lock futures lock again,
+//!   the channel futures stay pending or receive again).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use spindle_sync::{Mutex, mpsc};
+//!
+//! // An async producer and a blocking consumer on one channel, sharing one mutex.
+//! let total = Arc::new(Mutex::new(0));
+//! let (tx, rx) = mpsc::bounded(1);
+//! let t = {
+//!     let total = total.clone();
+//!     std::thread::spawn(move || {
+//!         for x in rx {
+//!             *total.lock() += x;
+//!         }
+//!     })
+//! };
+//! spindle_park::block_on(async move {
+//!     for x in 1..=10 {
+//!         tx.send_async(x).await.unwrap();
+//!     }
+//! });
+//! t.join().unwrap();
+//! assert_eq!(*spindle_park::block_on(total.lock_async()), 55);
+//! ```
 //!
 //! # Guarantees common to all primitives
 //!
@@ -139,13 +189,13 @@ pub use chan::error::{
     RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError,
 };
 pub use condvar::{Condvar, WaitTimeoutResult};
-pub use mutex::{Mutex, MutexGuard};
-pub use notify::Notify;
+pub use mutex::{Mutex, MutexGuard, MutexLockFuture};
+pub use notify::{Notified, Notify};
 pub use once::{Lazy, OnceCell};
-pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub use rwlock::{RwLock, RwLockReadFuture, RwLockReadGuard, RwLockWriteFuture, RwLockWriteGuard};
 pub use select::{Select, SelectRecv, SelectSend};
-pub use semaphore::{AcquireError, Semaphore, SemaphorePermit};
-pub use waitgroup::WaitGroup;
+pub use semaphore::{Acquire, AcquireError, Semaphore, SemaphorePermit};
+pub use waitgroup::{WaitGroup, WaitGroupWait};
 
 /// Test hooks of the loom build (the loom-modelled parker). Not part of the API.
 #[cfg(loom)]

@@ -2,9 +2,12 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::future::Future;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::loom::{AtomicU8, DataCell, Ordering, StdMutex, lock};
@@ -233,47 +236,8 @@ impl RawMutex {
             // Queue up. `since` survives a lost retry, and a waiter that lost queues at the
             // front again (it keeps its place).
             let cx = Waiter::new();
-            {
-                let mut queue = lock(&self.queue);
-                // Announce the waiter (PARKED) only while the lock is held: the holder's unlock
-                // then takes the slow path and finds us; if the lock was released meanwhile,
-                // try again instead.
-                let mut s = self.state.load(Ordering::Relaxed);
-                let queued = loop {
-                    if s & LOCKED == 0 {
-                        break false;
-                    }
-                    if s & PARKED != 0 {
-                        break true;
-                    }
-                    match self.state.compare_exchange_weak(
-                        s,
-                        s | PARKED,
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    ) {
-                        Ok(_) => break true,
-                        Err(now) => s = now,
-                    }
-                };
-                if !queued {
-                    continue;
-                }
-                let entry = Queued {
-                    cx: cx.clone(),
-                    since: match &mut since {
-                        Some(since) => {
-                            since.requeued();
-                            *since
-                        }
-                        None => *since.insert(Since::now()),
-                    },
-                };
-                if woken {
-                    queue.push_front(entry);
-                } else {
-                    queue.push_back(entry);
-                }
+            if !self.queue(&cx, &mut since, woken) {
+                continue;
             }
             let guard = AbandonOnUnwind { raw: self, cx: &cx };
             let outcome = cx.wait(deadline);
@@ -293,6 +257,76 @@ impl RawMutex {
                     self.remove(&cx);
                     return false;
                 }
+            }
+        }
+    }
+
+    /// Queues `cx` while the lock is held (at the front if it was `woken` to retry and lost,
+    /// keeping its place); false (nothing queued) if the lock is free now: try again.
+    /// `since` survives lost retries.
+    fn queue(&self, cx: &Arc<Waiter>, since: &mut Option<Since>, woken: bool) -> bool {
+        let mut queue = lock(&self.queue);
+        // Announce the waiter (PARKED) only while the lock is held: the holder's unlock then
+        // takes the slow path and finds us; if the lock was released meanwhile, try again
+        // instead.
+        let mut s = self.state.load(Ordering::Relaxed);
+        loop {
+            if s & LOCKED == 0 {
+                return false;
+            }
+            if s & PARKED != 0 {
+                break;
+            }
+            match self.state.compare_exchange_weak(
+                s,
+                s | PARKED,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(now) => s = now,
+            }
+        }
+        let entry = Queued {
+            cx: cx.clone(),
+            since: match since {
+                Some(since) => {
+                    since.requeued();
+                    *since
+                }
+                None => *since.insert(Since::now()),
+            },
+        };
+        if woken {
+            queue.push_front(entry);
+        } else {
+            queue.push_back(entry);
+        }
+        true
+    }
+
+    /// The async lock's step ([`MutexLockFuture`]): `Ready` once the caller holds the lock.
+    /// As [`lock_slow`](Self::lock_slow), without spinning: try, else queue a record holding
+    /// `cx`'s waker; a `RETRY` wake-up tries again and queues at the front if it loses.
+    fn poll_lock(&self, wait: &mut AsyncWait, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            if let Some(waiter) = &wait.cx {
+                let Poll::Ready(op) = waiter.poll(cx) else {
+                    return Poll::Pending;
+                };
+                wait.cx = None;
+                if op == OP_HANDOFF {
+                    return Poll::Ready(());
+                }
+                self.state.fetch_and(!WOKEN, Ordering::Relaxed);
+                wait.woken = true;
+            }
+            if self.try_lock() {
+                return Poll::Ready(());
+            }
+            let waiter = Waiter::new_async(cx.waker());
+            if self.queue(&waiter, &mut wait.since, wait.woken) {
+                wait.cx = Some(waiter);
             }
         }
     }
@@ -427,6 +461,52 @@ fn spin(round: u32) {
     ::loom::thread::yield_now();
 }
 
+/// The waiting state of a [`MutexLockFuture`].
+#[derive(Debug, Default)]
+struct AsyncWait {
+    /// The queued record, while it waits.
+    cx: Option<Arc<Waiter>>,
+    /// When it first queued (for the hand-off).
+    since: Option<Since>,
+    /// It was woken to retry (and lost): it queues at the front.
+    woken: bool,
+}
+
+/// The future of [`Mutex::lock_async`]: the guard once the lock is the caller's.
+#[must_use = "futures do nothing unless polled"]
+pub struct MutexLockFuture<'a, T: ?Sized> {
+    mutex: &'a Mutex<T>,
+    wait: AsyncWait,
+}
+
+impl<'a, T: ?Sized> Future for MutexLockFuture<'a, T> {
+    type Output = MutexGuard<'a, T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        this.mutex
+            .raw
+            .poll_lock(&mut this.wait, cx)
+            .map(|()| MutexGuard::new(this.mutex))
+    }
+}
+
+impl<T: ?Sized> Drop for MutexLockFuture<'_, T> {
+    fn drop(&mut self) {
+        if let Some(cx) = self.wait.cx.take() {
+            self.mutex.raw.abandon(&cx);
+        }
+    }
+}
+
+impl<T: ?Sized> fmt::Debug for MutexLockFuture<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MutexLockFuture")
+            .field("waiting", &self.wait.cx.is_some())
+            .finish()
+    }
+}
+
 /// Runs [`RawMutex::abandon`] if the wait unwinds.
 struct AbandonOnUnwind<'a> {
     raw: &'a RawMutex,
@@ -493,6 +573,8 @@ impl Drop for AbandonOnUnwind<'_> {
 /// * **Cancellation**: a coroutine cancelled while waiting leaves the queue; if the lock had
 ///   just been handed to it, it is passed on; if it had been woken to retry, the next waiter
 ///   is woken in its place.
+/// * **Async**: [`lock_async`](Mutex::lock_async) is a future in the same queue; dropping it
+///   pending is a cancellation, as above.
 pub struct Mutex<T: ?Sized> {
     raw: RawMutex,
     data: DataCell<T>,
@@ -541,6 +623,37 @@ impl<T: ?Sized> Mutex<T> {
     pub fn lock(&self) -> MutexGuard<'_, T> {
         self.raw.lock();
         MutexGuard::new(self)
+    }
+
+    /// Acquires the lock, as a future: [`lock`](Self::lock) for async code, woken through the
+    /// polling task's `Waker`, with no executor assumed. A pending future waits in the same
+    /// FIFO queue as blocking callers (coroutines and threads), with the same fairness
+    /// (barging, and the hand-off to a waiter overdue by 1 ms); it does not spin.
+    ///
+    /// Dropping the future while it waits leaves the queue; a lock handed to it in that
+    /// instant is unlocked again (passed on), and a wake-up to retry is passed to the next
+    /// waiter. The guard is the same as [`lock`](Self::lock)'s, so holding it across an
+    /// `.await` makes the enclosing future `!Send`, as with `std::sync::MutexGuard`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use spindle_sync::Mutex;
+    ///
+    /// let m = Arc::new(Mutex::new(0));
+    /// let g = m.lock();
+    /// let m2 = m.clone();
+    /// let t = std::thread::spawn(move || {
+    ///     *spindle_park::block_on(m2.lock_async()) += 1;
+    /// });
+    /// drop(g); // the async waiter gets the lock
+    /// t.join().unwrap();
+    /// assert_eq!(*m.lock(), 1);
+    /// ```
+    pub fn lock_async(&self) -> MutexLockFuture<'_, T> {
+        MutexLockFuture {
+            mutex: self,
+            wait: AsyncWait::default(),
+        }
     }
 
     /// Acquires the lock if it is free, without waiting.

@@ -2,11 +2,14 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::loom::{StdMutex, const_fn, lock};
-use crate::waiter::{Waiter, deadline_after};
+use crate::waiter::{OnceWait, Waiter, deadline_after};
 
 const OP_ONE: usize = 0;
 const OP_ALL: usize = 1;
@@ -42,6 +45,9 @@ struct State {
 /// * **Spurious wake-ups**: none. **Cancellation**: a cancelled waiter leaves the queue; a
 ///   `notify_one` that had chosen it is passed on (to the next waiter, or stored as the
 ///   permit).
+/// * **Async**: [`notified`](Notify::notified) is `wait` as a future; it queues (or consumes
+///   the permit) when first polled, in the same queue as blocking waiters. Dropping it
+///   pending is a cancellation, as above.
 pub struct Notify {
     state: StdMutex<State>,
 }
@@ -138,6 +144,33 @@ impl Notify {
         true
     }
 
+    /// Waits for a notification as a future (or consumes the stored permit): [`wait`]
+    /// for async code, woken through the polling task's `Waker`, with no executor assumed.
+    ///
+    /// The future joins the queue when it is first polled (a `notify_all` before that does
+    /// not reach it; a `notify_one` before that stores the permit it then consumes). Async
+    /// waiters, coroutines and threads wait in the same FIFO queue. Dropping the future while
+    /// it waits leaves the queue; a `notify_one` it was chosen by in that instant is passed on.
+    ///
+    /// [`wait`]: Notify::wait
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use spindle_sync::Notify;
+    ///
+    /// let notify = Arc::new(Notify::new());
+    /// let n = notify.clone();
+    /// let t = std::thread::spawn(move || n.notify_one());
+    /// spindle_park::block_on(notify.notified());
+    /// t.join().unwrap();
+    /// ```
+    pub fn notified(&self) -> Notified<'_> {
+        Notified {
+            notify: self,
+            wait: OnceWait::default(),
+        }
+    }
+
     fn remove(&self, cx: &Arc<Waiter>) {
         let mut state = lock(&self.state);
         if let Some(i) = state.waiters.iter().position(|w| Arc::ptr_eq(w, cx)) {
@@ -159,11 +192,61 @@ struct Abandon<'a> {
 
 impl Drop for Abandon<'_> {
     fn drop(&mut self) {
-        if self.cx.try_abort() {
-            self.notify.remove(self.cx);
-        } else if self.cx.completed_after_abort_failed() == OP_ONE {
-            self.notify.notify_one();
+        self.notify.abandon(self.cx);
+    }
+}
+
+impl Notify {
+    /// A waiter gives up (cancelled, or its future dropped): leave the queue, or pass on a
+    /// `notify_one` that chose it.
+    fn abandon(&self, cx: &Arc<Waiter>) {
+        if cx.try_abort() {
+            self.remove(cx);
+        } else if cx.completed_after_abort_failed() == OP_ONE {
+            self.notify_one();
         }
+    }
+}
+
+/// The future of [`Notify::notified`]: ready when a notification reaches it.
+#[must_use = "futures do nothing unless polled"]
+pub struct Notified<'a> {
+    notify: &'a Notify,
+    wait: OnceWait,
+}
+
+impl Future for Notified<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let notify = this.notify;
+        this.wait.poll(cx, |waker| {
+            let mut state = lock(&notify.state);
+            if std::mem::take(&mut state.permit) {
+                return None;
+            }
+            let waiter = Waiter::new_async(waker);
+            state.waiters.push_back(waiter.clone());
+            Some(waiter)
+        })
+    }
+}
+
+impl Drop for Notified<'_> {
+    fn drop(&mut self) {
+        if let Some(cx) = self.wait.cx.take() {
+            self.notify.abandon(&cx);
+        }
+    }
+}
+
+impl fmt::Debug for Notified<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Notified")
+            .field("waiting", &self.wait.cx.is_some())
+            .field("done", &self.wait.done)
+            .finish()
     }
 }
 

@@ -2,9 +2,12 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::future::Future;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::loom::{AtomicUsize, DataCell, Ordering, StdMutex, lock};
@@ -190,51 +193,8 @@ impl RawRwLock {
     /// Read- or write-locks, waiting until `deadline` at most.
     #[cold]
     fn lock_slow(&self, write: bool, deadline: Option<Instant>) -> bool {
-        let cx = {
-            let mut queue = lock(&self.queue);
-            let mut s = self.state.load(Ordering::Relaxed);
-            // Under the queue lock: take it if free and nobody is queued, else queue (setting
-            // PARKED so that fast paths stop and the last unlock comes here).
-            loop {
-                let free = if write {
-                    s & !PARKED == 0
-                } else {
-                    s & WRITER == 0 && s <= usize::MAX - 2 * READER
-                };
-                let acquire = free && queue.is_empty();
-                let new = if !acquire {
-                    s | PARKED
-                } else if write {
-                    s | WRITER
-                } else {
-                    s + READER
-                };
-                if new == s {
-                    break; // PARKED is set already
-                }
-                match self
-                    .state
-                    .compare_exchange_weak(s, new, Ordering::Acquire, Ordering::Relaxed)
-                {
-                    Ok(_) if acquire => return true,
-                    Ok(_) => break,
-                    Err(now) => s = now,
-                }
-            }
-            let cx = Waiter::new();
-            queue.push_back(Queued {
-                cx: cx.clone(),
-                write,
-            });
-            // The lock may have become free between (a reader left): let dispatch decide.
-            let woken = self.dispatch(&mut queue);
-            drop(queue);
-            for w in woken {
-                if !Arc::ptr_eq(&w, &cx) {
-                    w.wake();
-                }
-            }
-            cx
+        let Some(cx) = self.lock_or_queue(write, Waiter::new) else {
+            return true;
         };
         let guard = AbandonOnUnwind {
             raw: self,
@@ -250,6 +210,60 @@ impl RawRwLock {
                 false
             }
         }
+    }
+
+    /// Takes the lock if it is free and nobody is queued (`None`), else queues the record
+    /// `make` returns (`Some`; it may have been granted the lock already, by the dispatch
+    /// that follows the queueing).
+    fn lock_or_queue(
+        &self,
+        write: bool,
+        make: impl FnOnce() -> Arc<Waiter>,
+    ) -> Option<Arc<Waiter>> {
+        let mut queue = lock(&self.queue);
+        let mut s = self.state.load(Ordering::Relaxed);
+        // Under the queue lock: take it if free and nobody is queued, else queue (setting
+        // PARKED so that fast paths stop and the last unlock comes here).
+        loop {
+            let free = if write {
+                s & !PARKED == 0
+            } else {
+                s & WRITER == 0 && s <= usize::MAX - 2 * READER
+            };
+            let acquire = free && queue.is_empty();
+            let new = if !acquire {
+                s | PARKED
+            } else if write {
+                s | WRITER
+            } else {
+                s + READER
+            };
+            if new == s {
+                break; // PARKED is set already
+            }
+            match self
+                .state
+                .compare_exchange_weak(s, new, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) if acquire => return None,
+                Ok(_) => break,
+                Err(now) => s = now,
+            }
+        }
+        let cx = make();
+        queue.push_back(Queued {
+            cx: cx.clone(),
+            write,
+        });
+        // The lock may have become free between (a reader left): let dispatch decide.
+        let woken = self.dispatch(&mut queue);
+        drop(queue);
+        for w in woken {
+            if !Arc::ptr_eq(&w, &cx) {
+                w.wake();
+            }
+        }
+        Some(cx)
     }
 
     /// Removes an aborted waiter; its leaving may let others in (a writer that held readers
@@ -281,6 +295,104 @@ impl RawRwLock {
                 unsafe { self.unlock_read() }
             }
         }
+    }
+}
+
+/// The waiting part of the read / write futures.
+struct RawWait<'a> {
+    raw: &'a RawRwLock,
+    write: bool,
+    /// The queued record, while it waits.
+    cx: Option<Arc<Waiter>>,
+}
+
+impl RawWait<'_> {
+    /// `Ready` once the lock (read or write, as asked) is the caller's.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let waiter = match &self.cx {
+            Some(waiter) => waiter,
+            None => {
+                let got = if self.write {
+                    self.raw.try_write()
+                } else {
+                    self.raw.try_read()
+                };
+                if got {
+                    return Poll::Ready(());
+                }
+                match self
+                    .raw
+                    .lock_or_queue(self.write, || Waiter::new_async(cx.waker()))
+                {
+                    None => return Poll::Ready(()),
+                    Some(waiter) => self.cx.insert(waiter),
+                }
+            }
+        };
+        // (Also right after queueing: the dispatch after it may have granted it.)
+        let Poll::Ready(_) = waiter.poll(cx) else {
+            return Poll::Pending;
+        };
+        self.cx = None;
+        Poll::Ready(())
+    }
+}
+
+impl Drop for RawWait<'_> {
+    fn drop(&mut self) {
+        if let Some(cx) = self.cx.take() {
+            self.raw.abandon(&cx, self.write);
+        }
+    }
+}
+
+/// The future of [`RwLock::read_async`]: a read guard once the lock is shared with the caller.
+#[must_use = "futures do nothing unless polled"]
+pub struct RwLockReadFuture<'a, T: ?Sized> {
+    lock: &'a RwLock<T>,
+    wait: RawWait<'a>,
+}
+
+impl<'a, T: ?Sized> Future for RwLockReadFuture<'a, T> {
+    type Output = RwLockReadGuard<'a, T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        this.wait.poll(cx).map(|()| RwLockReadGuard::new(this.lock))
+    }
+}
+
+impl<T: ?Sized> fmt::Debug for RwLockReadFuture<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RwLockReadFuture")
+            .field("waiting", &self.wait.cx.is_some())
+            .finish()
+    }
+}
+
+/// The future of [`RwLock::write_async`]: the write guard once the lock is the caller's.
+#[must_use = "futures do nothing unless polled"]
+pub struct RwLockWriteFuture<'a, T: ?Sized> {
+    lock: &'a RwLock<T>,
+    wait: RawWait<'a>,
+}
+
+impl<'a, T: ?Sized> Future for RwLockWriteFuture<'a, T> {
+    type Output = RwLockWriteGuard<'a, T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        this.wait
+            .poll(cx)
+            .map(|()| RwLockWriteGuard::new(this.lock))
+    }
+}
+
+impl<T: ?Sized> fmt::Debug for RwLockWriteFuture<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RwLockWriteFuture")
+            .field("waiting", &self.wait.cx.is_some())
+            .finish()
     }
 }
 
@@ -329,6 +441,8 @@ impl Drop for AbandonOnUnwind<'_> {
 /// * **Poisoning**: none, as [`Mutex`](crate::Mutex).
 /// * **Cancellation**: a cancelled waiter leaves the queue (letting in whom it held back), or
 ///   releases what it was granted.
+/// * **Async**: [`read_async`](RwLock::read_async) / [`write_async`](RwLock::write_async) are
+///   futures in the same queue; dropping one pending is a cancellation, as above.
 pub struct RwLock<T: ?Sized> {
     raw: RawRwLock,
     data: DataCell<T>,
@@ -374,6 +488,30 @@ impl<T: ?Sized> RwLock<T> {
         RwLockReadGuard::new(self)
     }
 
+    /// Locks for reading, as a future: [`read`](Self::read) for async code, woken through
+    /// the polling task's `Waker`, with no executor assumed. It queues when first polled, in
+    /// the same FIFO queue as blocking callers. Dropping it while it waits leaves the queue
+    /// (letting in whom it held back); a read lock granted to it in that instant is released.
+    ///
+    /// ```
+    /// use spindle_sync::RwLock;
+    ///
+    /// let lock = RwLock::new(1);
+    /// let r1 = lock.read();
+    /// let r2 = spindle_park::block_on(lock.read_async());
+    /// assert_eq!(*r1 + *r2, 2);
+    /// ```
+    pub fn read_async(&self) -> RwLockReadFuture<'_, T> {
+        RwLockReadFuture {
+            lock: self,
+            wait: RawWait {
+                raw: &self.raw,
+                write: false,
+                cx: None,
+            },
+        }
+    }
+
     /// Locks for reading if that is possible at once.
     pub fn try_read(&self) -> Option<RwLockReadGuard<'_, T>> {
         self.raw.try_read().then(|| RwLockReadGuard::new(self))
@@ -409,6 +547,36 @@ impl<T: ?Sized> RwLock<T> {
             self.raw.lock_slow(true, None);
         }
         RwLockWriteGuard::new(self)
+    }
+
+    /// Locks for writing, as a future: [`write`](Self::write) for async code, woken through
+    /// the polling task's `Waker`, with no executor assumed. It queues when first polled, in
+    /// the same FIFO queue as blocking callers. Dropping it while it waits leaves the queue;
+    /// the write lock granted to it in that instant is released (passed on).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use spindle_sync::RwLock;
+    ///
+    /// let lock = Arc::new(RwLock::new(0));
+    /// let r = lock.read();
+    /// let l = lock.clone();
+    /// let writer = std::thread::spawn(move || {
+    ///     *spindle_park::block_on(l.write_async()) += 1;
+    /// });
+    /// drop(r); // the writer gets in once the reader is gone
+    /// writer.join().unwrap();
+    /// assert_eq!(*lock.read(), 1);
+    /// ```
+    pub fn write_async(&self) -> RwLockWriteFuture<'_, T> {
+        RwLockWriteFuture {
+            lock: self,
+            wait: RawWait {
+                raw: &self.raw,
+                write: true,
+                cx: None,
+            },
+        }
     }
 
     /// Locks for writing if the lock is free.

@@ -2,7 +2,10 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::loom::{AtomicUsize, Ordering, StdMutex, lock};
@@ -84,6 +87,9 @@ struct Queued {
 /// * [`add_permits`](Semaphore::add_permits) saturates at `MAX_PERMITS`.
 /// * **Spurious wake-ups**: none. **Cancellation**: a cancelled waiter leaves the queue (and
 ///   lets those it held back proceed), or releases permits granted to it.
+/// * **Async**: [`acquire_async`](Semaphore::acquire_async) /
+///   [`acquire_many_async`](Semaphore::acquire_many_async) are futures in the same queue;
+///   dropping one pending is a cancellation, as above.
 pub struct Semaphore {
     state: AtomicUsize,
     queue: StdMutex<VecDeque<Queued>>,
@@ -226,31 +232,9 @@ impl Semaphore {
             Err(AcquireError::NoPermits) => {}
             other => return other,
         }
-        let cx = {
-            let mut queue = lock(&self.queue);
-            let mut s = self.state.load(Ordering::Relaxed);
-            loop {
-                if s & CLOSED != 0 {
-                    return Err(AcquireError::Closed);
-                }
-                let acquire = queue.is_empty() && s >> SHIFT >= n;
-                let new = if acquire {
-                    s - (n << SHIFT)
-                } else {
-                    s | PARKED
-                };
-                match self
-                    .state
-                    .compare_exchange_weak(s, new, Ordering::Acquire, Ordering::Relaxed)
-                {
-                    Ok(_) if acquire => return Ok(SemaphorePermit { sem: self, n }),
-                    Ok(_) => break,
-                    Err(now) => s = now,
-                }
-            }
-            let cx = Waiter::new();
-            queue.push_back(Queued { cx: cx.clone(), n });
-            cx
+        let cx = match self.acquire_or_queue(n, Waiter::new)? {
+            None => return Ok(SemaphorePermit { sem: self, n }),
+            Some(cx) => cx,
         };
         let abandon = AbandonOnUnwind {
             sem: self,
@@ -266,6 +250,70 @@ impl Semaphore {
                 self.remove(&cx);
                 Err(AcquireError::TimedOut)
             }
+        }
+    }
+
+    /// Under the queue lock: takes `n` permits if nobody is queued and there are enough
+    /// (`None`), else queues the record `make` returns (`Some`). `Closed` if it is closed.
+    fn acquire_or_queue(
+        &self,
+        n: usize,
+        make: impl FnOnce() -> Arc<Waiter>,
+    ) -> Result<Option<Arc<Waiter>>, AcquireError> {
+        let mut queue = lock(&self.queue);
+        let mut s = self.state.load(Ordering::Relaxed);
+        loop {
+            if s & CLOSED != 0 {
+                return Err(AcquireError::Closed);
+            }
+            let acquire = queue.is_empty() && s >> SHIFT >= n;
+            let new = if acquire {
+                s - (n << SHIFT)
+            } else {
+                s | PARKED
+            };
+            match self
+                .state
+                .compare_exchange_weak(s, new, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) if acquire => return Ok(None),
+                Ok(_) => break,
+                Err(now) => s = now,
+            }
+        }
+        let cx = make();
+        queue.push_back(Queued { cx: cx.clone(), n });
+        Ok(Some(cx))
+    }
+
+    /// Acquires one permit, as a future: [`acquire_many_async(1)`](Self::acquire_many_async).
+    pub fn acquire_async(&self) -> Acquire<'_> {
+        self.acquire_many_async(1)
+    }
+
+    /// Acquires `n` permits, as a future: [`acquire_many`](Self::acquire_many) for async code,
+    /// woken through the polling task's `Waker`, with no executor assumed. It queues when first
+    /// polled, in the same FIFO queue as blocking callers (coroutines, threads).
+    ///
+    /// Dropping the future while it waits leaves the queue (letting those it held back
+    /// proceed); permits granted to it in that instant are released again, never lost.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use spindle_sync::Semaphore;
+    ///
+    /// let sem = Arc::new(Semaphore::new(0));
+    /// let s = sem.clone();
+    /// let t = std::thread::spawn(move || s.add_permits(2));
+    /// let permits = spindle_park::block_on(sem.acquire_many_async(2)).unwrap();
+    /// assert_eq!(permits.num_permits(), 2);
+    /// t.join().unwrap();
+    /// ```
+    pub fn acquire_many_async(&self, n: usize) -> Acquire<'_> {
+        Acquire {
+            sem: self,
+            n,
+            cx: None,
         }
     }
 
@@ -399,11 +447,79 @@ struct AbandonOnUnwind<'a> {
 
 impl Drop for AbandonOnUnwind<'_> {
     fn drop(&mut self) {
-        if self.cx.try_abort() {
-            self.sem.remove(self.cx);
-        } else if self.cx.completed_after_abort_failed() == OP_GRANTED {
-            self.sem.add_permits(self.n);
+        self.sem.abandon(self.cx, self.n);
+    }
+}
+
+impl Semaphore {
+    /// A waiter gives up (cancelled, or its future dropped): leave the queue, or release the
+    /// permits granted to it in that instant.
+    fn abandon(&self, cx: &Arc<Waiter>, n: usize) {
+        if cx.try_abort() {
+            self.remove(cx);
+        } else if cx.completed_after_abort_failed() == OP_GRANTED {
+            self.add_permits(n);
         }
+    }
+}
+
+/// The future of [`Semaphore::acquire_async`] / [`acquire_many_async`](Semaphore::acquire_many_async).
+#[must_use = "futures do nothing unless polled"]
+pub struct Acquire<'a> {
+    sem: &'a Semaphore,
+    n: usize,
+    /// The queued record, while it waits.
+    cx: Option<Arc<Waiter>>,
+}
+
+impl<'a> Future for Acquire<'a> {
+    type Output = Result<SemaphorePermit<'a>, AcquireError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let (sem, n) = (this.sem, this.n);
+        let Some(waiter) = &this.cx else {
+            match sem.try_acquire_many(n) {
+                Err(AcquireError::NoPermits) => {}
+                other => return Poll::Ready(other),
+            }
+            return Poll::Ready(
+                match sem.acquire_or_queue(n, || Waiter::new_async(cx.waker())) {
+                    Ok(None) => Ok(SemaphorePermit { sem, n }),
+                    Ok(Some(waiter)) => {
+                        this.cx = Some(waiter);
+                        return Poll::Pending;
+                    }
+                    Err(e) => Err(e),
+                },
+            );
+        };
+        let Poll::Ready(op) = waiter.poll(cx) else {
+            return Poll::Pending;
+        };
+        this.cx = None;
+        Poll::Ready(if op == OP_GRANTED {
+            Ok(SemaphorePermit { sem, n })
+        } else {
+            Err(AcquireError::Closed)
+        })
+    }
+}
+
+impl Drop for Acquire<'_> {
+    fn drop(&mut self) {
+        if let Some(cx) = self.cx.take() {
+            self.sem.abandon(&cx, self.n);
+        }
+    }
+}
+
+impl fmt::Debug for Acquire<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Acquire")
+            .field("n", &self.n)
+            .field("waiting", &self.cx.is_some())
+            .finish()
     }
 }
 

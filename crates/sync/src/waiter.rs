@@ -27,12 +27,25 @@
 //! permit: a wake between the release and the park is kept. The wait loop ([`Waiter::wait`])
 //! parks until the state leaves `WAITING`, so a stale wake-up (of an earlier waiter's waker
 //! clone) is never visible to callers: no primitive of this crate wakes spuriously.
+//!
+//! # Async waiters
+//!
+//! The `*_async` futures queue the same records in the same queues, made with
+//! [`Waiter::new_async`]: instead of the task's fixed waker the record holds the waker of the
+//! latest poll, behind a small lock (an executor may poll with a different waker each time).
+//! [`Waiter::poll`] stores the poll's waker, then reads the state word: a completer changes the
+//! state first and takes the waker (under that lock) after, so either the poll sees the
+//! completion or the completer sees the new waker: no lost wake-up. A pending future holds its
+//! record in an `Arc` (nothing points into the future, so it is `Unpin`); dropping it runs the
+//! same abandon logic as a cancelled coroutine's drop guard.
 
 use std::sync::Arc;
-use std::task::Waker;
+use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use crate::loom::{AtomicU8, AtomicUsize, Ordering, Wake, park, park_until, spin_wait, waker};
+use crate::loom::{
+    AtomicU8, AtomicUsize, Ordering, StdMutex, Wake, lock, park, park_until, spin_wait, waker,
+};
 
 const WAITING: usize = 0;
 const BUSY: usize = 1;
@@ -50,7 +63,7 @@ const SKIPPED: u8 = 2;
 #[derive(Debug)]
 pub(crate) struct Waiter {
     state: AtomicUsize,
-    waker: Waker,
+    waker: WakerSlot,
     /// The OS thread the waiter registered on ([`thread_token`]).
     home: usize,
     /// The OS thread of the party that completed it, written before the state is published
@@ -61,6 +74,15 @@ pub(crate) struct Waiter {
     /// each side decides: a waiter that stops spinning swaps `PARKS` back in, and if it finds
     /// `SKIPPED` it was completed and no wake-up is coming, so it must not park.
     sleep: AtomicU8,
+}
+
+/// Whom [`Waiter::wake`] wakes.
+#[derive(Debug)]
+enum WakerSlot {
+    /// A blocking wait's task (coroutine or thread): fixed for the record's life.
+    Task(Waker),
+    /// A future's: the waker of its latest poll ([`Waiter::poll`] replaces it).
+    Future(StdMutex<Waker>),
 }
 
 /// A token of the current OS thread (the address of a thread-local): equal tokens, same
@@ -83,9 +105,23 @@ impl Waiter {
 
     /// As [`new`](Self::new), to embed in another heap allocation.
     pub(crate) fn new_inline() -> Waiter {
+        Waiter::with_waker(WakerSlot::Task(waker()))
+    }
+
+    /// A record for a future polled with `waker` (see [`poll`](Self::poll)).
+    pub(crate) fn new_async(waker: &Waker) -> Arc<Waiter> {
+        Arc::new(Waiter::new_async_inline(waker))
+    }
+
+    /// As [`new_async`](Self::new_async), to embed in another heap allocation.
+    pub(crate) fn new_async_inline(waker: &Waker) -> Waiter {
+        Waiter::with_waker(WakerSlot::Future(StdMutex::new(waker.clone())))
+    }
+
+    fn with_waker(waker: WakerSlot) -> Waiter {
         Waiter {
             state: AtomicUsize::new(WAITING),
-            waker: waker(),
+            waker,
             home: thread_token(),
             by: AtomicUsize::new(0),
             sleep: AtomicU8::new(PARKS),
@@ -152,7 +188,49 @@ impl Waiter {
         {
             return;
         }
-        self.waker.wake_by_ref();
+        match &self.waker {
+            WakerSlot::Task(waker) => waker.wake_by_ref(),
+            WakerSlot::Future(slot) => {
+                // Cloned out, woken after the unlock: a waker may poll the future at once
+                // (on this thread), and that poll takes this lock.
+                let waker = lock(slot).clone();
+                waker.wake();
+            }
+        }
+    }
+
+    /// An async record ([`new_async`](Self::new_async)): `Ready(op)` once it was completed
+    /// with operation `op`; else stores `cx`'s waker (the one the completer will wake) and
+    /// returns `Pending`.
+    ///
+    /// The state is read again after the waker is stored: a completer publishes the state
+    /// before it takes the waker, under the same lock, so a completion this second read misses
+    /// wakes the waker stored here. Never called on an aborted record (only the future's drop
+    /// aborts it); that reads as `Pending`.
+    pub(crate) fn poll(&self, cx: &mut Context<'_>) -> Poll<usize> {
+        if let Some(op) = self.completion() {
+            return Poll::Ready(op);
+        }
+        if let WakerSlot::Future(slot) = &self.waker {
+            let mut waker = lock(slot);
+            if !waker.will_wake(cx.waker()) {
+                waker.clone_from(cx.waker());
+            }
+        }
+        match self.completion() {
+            Some(op) => Poll::Ready(op),
+            None => Poll::Pending,
+        }
+    }
+
+    /// The operation the waiter was completed with, if it was (waiting out a claimed,
+    /// not yet published hand-off: a few instructions).
+    fn completion(&self) -> Option<usize> {
+        match self.state.load(Ordering::Acquire) {
+            WAITING | ABORTED => None,
+            BUSY => Some(self.completed_after_abort_failed()),
+            s => Some(s - OP0),
+        }
     }
 
     /// The operation after a failed [`try_abort`](Self::try_abort): it has been completed (or
@@ -240,6 +318,48 @@ impl Waiter {
     #[cfg(loom)]
     fn spin_on_state(&self, _budget: std::time::Duration) -> bool {
         self.state.load(Ordering::Relaxed) != WAITING
+    }
+}
+
+/// The waiting state of a simple future (one that waits once for a wake-up that hands it
+/// nothing to pass on but the wake-up itself: `Notify`, `WaitGroup`): its queued record, and
+/// whether it has returned `Ready`.
+#[derive(Debug, Default)]
+pub(crate) struct OnceWait {
+    /// The queued record, while it waits.
+    pub(crate) cx: Option<Arc<Waiter>>,
+    /// Returned `Ready` (later polls are `Ready` again, and queue nothing).
+    pub(crate) done: bool,
+}
+
+impl OnceWait {
+    /// `Ready` once the record was completed. On the first poll `register` either finds the
+    /// condition met (`None`: ready at once) or queues a record made with the waker it is
+    /// given (`Some`).
+    pub(crate) fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        register: impl FnOnce(&Waker) -> Option<Arc<Waiter>>,
+    ) -> Poll<()> {
+        if self.done {
+            return Poll::Ready(());
+        }
+        match &self.cx {
+            Some(waiter) => {
+                if waiter.poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                self.cx = None;
+            }
+            None => {
+                if let Some(waiter) = register(cx.waker()) {
+                    self.cx = Some(waiter);
+                    return Poll::Pending;
+                }
+            }
+        }
+        self.done = true;
+        Poll::Ready(())
     }
 }
 

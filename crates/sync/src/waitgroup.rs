@@ -1,11 +1,14 @@
 //! [`WaitGroup`]: wait for a counted set of tasks to finish.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::loom::{StdMutex, const_fn, lock};
-use crate::waiter::{Waiter, deadline_after};
+use crate::waiter::{OnceWait, Waiter, deadline_after};
 
 struct State {
     count: usize,
@@ -39,6 +42,8 @@ struct State {
 /// * [`wait`](WaitGroup::wait) returns at once if the count is zero, else when it reaches
 ///   zero. A `WaitGroup` is reusable: `add` after a release starts a new round.
 /// * **Spurious wake-ups**: none. **Cancellation**: a cancelled waiter leaves the list.
+/// * **Async**: [`wait_async`](WaitGroup::wait_async) is `wait` as a future, in the same
+///   list as blocking waiters; dropping it pending leaves the list.
 pub struct WaitGroup {
     state: StdMutex<State>,
 }
@@ -124,6 +129,30 @@ impl WaitGroup {
         true
     }
 
+    /// Waits until the count is zero, as a future: [`wait`](WaitGroup::wait) for async code,
+    /// woken through the polling task's `Waker`, with no executor assumed. Ready at once
+    /// (when polled) if the count is zero. Dropping it while it waits leaves the wait list.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use spindle_sync::WaitGroup;
+    ///
+    /// let wg = Arc::new(WaitGroup::new());
+    /// wg.add(2);
+    /// for _ in 0..2 {
+    ///     let wg = wg.clone();
+    ///     std::thread::spawn(move || wg.done());
+    /// }
+    /// spindle_park::block_on(wg.wait_async());
+    /// assert_eq!(wg.count(), 0);
+    /// ```
+    pub fn wait_async(&self) -> WaitGroupWait<'_> {
+        WaitGroupWait {
+            wg: self,
+            wait: OnceWait::default(),
+        }
+    }
+
     fn remove(&self, cx: &Arc<Waiter>) {
         let mut state = lock(&self.state);
         if let Some(i) = state.waiters.iter().position(|w| Arc::ptr_eq(w, cx)) {
@@ -151,10 +180,56 @@ impl Drop for Abandon<'_> {
     }
 }
 
+/// The future of [`WaitGroup::wait_async`]: ready when the count is zero.
+#[must_use = "futures do nothing unless polled"]
+pub struct WaitGroupWait<'a> {
+    wg: &'a WaitGroup,
+    wait: OnceWait,
+}
+
+impl Future for WaitGroupWait<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let wg = this.wg;
+        this.wait.poll(cx, |waker| {
+            let mut state = lock(&wg.state);
+            if state.count == 0 {
+                return None;
+            }
+            let waiter = Waiter::new_async(waker);
+            state.waiters.push(waiter.clone());
+            Some(waiter)
+        })
+    }
+}
+
+impl Drop for WaitGroupWait<'_> {
+    fn drop(&mut self) {
+        if let Some(cx) = self.wait.cx.take()
+            && cx.try_abort()
+        {
+            self.wg.remove(&cx);
+        }
+    }
+}
+
+impl fmt::Debug for WaitGroupWait<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WaitGroupWait")
+            .field("waiting", &self.wait.cx.is_some())
+            .field("done", &self.wait.done)
+            .finish()
+    }
+}
+
 impl fmt::Debug for WaitGroup {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = lock(&self.state);
         f.debug_struct("WaitGroup")
-            .field("count", &self.count())
+            .field("count", &state.count)
+            .field("waiters", &state.waiters.len())
             .finish()
     }
 }

@@ -14,6 +14,7 @@ macro_rules! channel_handles {
         pub use crate::chan::error::{
             RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError,
         };
+        pub use crate::chan::{RecvFuture, SendFuture};
 
         /// A channel of unlimited capacity: `send` never blocks.
         ///
@@ -59,6 +60,24 @@ macro_rules! channel_handles {
             /// while waiting).
             pub fn send(&self, msg: T) -> Result<(), SendError<T>> {
                 self.chan.send_until(msg, None).map_err(|e| SendError(e.into_inner()))
+            }
+
+            /// Sends `msg`, as a future: [`send`](Self::send) for async code, woken through the
+            /// polling task's `Waker`, with no executor assumed. While the channel is full the
+            /// future waits in the same FIFO queue as blocking senders (coroutines, threads).
+            /// Fails, giving the message back, if every receiver is gone.
+            ///
+            /// Dropping the future while it waits withdraws the send: the message is dropped
+            /// with the future, unless a receiver took it in that instant (then it was sent).
+            ///
+            #[doc = concat!("```\nlet (tx, rx) = spindle_sync::", $m, "::bounded(0);")]
+            /// let t = std::thread::spawn(move || rx.recv().unwrap());
+            /// // A rendezvous: the send completes when the thread takes the message.
+            /// spindle_park::block_on(tx.send_async(7)).unwrap();
+            /// assert_eq!(t.join().unwrap(), 7);
+            /// ```
+            pub fn send_async(&self, msg: T) -> SendFuture<'_, T> {
+                SendFuture::new(&self.chan, msg)
             }
 
             /// Sends `msg` if that is possible without waiting.
@@ -131,6 +150,24 @@ macro_rules! channel_handles {
             /// is empty and every sender is gone.
             pub fn recv(&self) -> Result<T, RecvError> {
                 self.chan.recv_until(None).map_err(|_| RecvError)
+            }
+
+            /// Receives a message, as a future: [`recv`](Self::recv) for async code, woken
+            /// through the polling task's `Waker`, with no executor assumed. While the channel
+            /// is empty the future waits in the same FIFO queue as blocking receivers
+            /// (coroutines, threads). Fails once the channel is empty and every sender is gone.
+            ///
+            /// Dropping the future while it waits leaves the queue; a message handed to it in
+            /// that instant is put back at the front of the channel, not lost.
+            ///
+            #[doc = concat!("```\nlet (tx, rx) = spindle_sync::", $m, "::unbounded();")]
+            /// std::thread::spawn(move || tx.send("hi").unwrap());
+            /// assert_eq!(spindle_park::block_on(rx.recv_async()), Ok("hi"));
+            /// // The sender is gone now: the channel is disconnected.
+            /// assert!(spindle_park::block_on(rx.recv_async()).is_err());
+            /// ```
+            pub fn recv_async(&self) -> RecvFuture<'_, T> {
+                RecvFuture::new(&self.chan)
             }
 
             /// Receives a message if one is there.

@@ -29,12 +29,15 @@ pub(crate) mod handles;
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use crate::loom::{AtomicU8, AtomicUsize, DataCell, Ordering, StdMutex, StdMutexGuard, lock};
 use crate::waiter::Waiter;
-use error::{RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
+use error::{RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError};
 
 /// A message slot of a waiting operation. Access rules: see the module docs (the owner before
 /// registering or after completion/abort; a claiming peer between claim and publish).
@@ -396,6 +399,127 @@ impl<T> Chan<T> {
     }
 
     // -----------------------------------------------------------------------------------------
+    // Async sends and receives: the same packets in the same queues, with an async waiter
+    // record; `pending` is the future's registration while it waits.
+
+    /// A send future's step: sends `msg` if it can now, else queues it (once) and waits for a
+    /// receiver to take it. `msg` is `None` once the send has completed: it stays pending.
+    pub(crate) fn poll_send(
+        &self,
+        msg: &mut Option<T>,
+        pending: &mut Option<Arc<Packet<T>>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), SendError<T>>> {
+        if let Some(packet) = pending {
+            let Poll::Ready(_) = packet.cx.poll(cx) else {
+                return Poll::Pending;
+            };
+            // SAFETY: completed: the slot is ours again.
+            let back = unsafe { packet.slot.take() };
+            *pending = None;
+            return Poll::Ready(match back {
+                None => Ok(()),
+                Some(m) => Err(SendError(m)),
+            });
+        }
+        let Some(m) = msg.take() else {
+            return Poll::Pending;
+        };
+        let mut st = self.lock();
+        match self.try_send_locked(&mut st, m) {
+            Ok(after) => {
+                drop(st);
+                after.run();
+                Poll::Ready(Ok(()))
+            }
+            Err(TrySendError::Disconnected(m)) => Poll::Ready(Err(SendError(m))),
+            Err(TrySendError::Full(m)) => {
+                let packet = Arc::new(Packet {
+                    cx: Waiter::new_async_inline(cx.waker()),
+                    slot: Slot::new(Some(m)),
+                });
+                st.senders.push_back(Entry {
+                    link: Link::Packet(packet.clone()),
+                    op: 0,
+                });
+                *pending = Some(packet);
+                Poll::Pending
+            }
+        }
+    }
+
+    /// A receive future's step: receives if it can now, else queues (once) and waits for a
+    /// message.
+    pub(crate) fn poll_recv(
+        &self,
+        pending: &mut Option<Arc<Packet<T>>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<T, RecvError>> {
+        if let Some(packet) = pending {
+            let Poll::Ready(_) = packet.cx.poll(cx) else {
+                return Poll::Pending;
+            };
+            // SAFETY: completed: the slot is ours again.
+            let msg = unsafe { packet.slot.take() };
+            *pending = None;
+            return Poll::Ready(msg.ok_or(RecvError));
+        }
+        let mut st = self.lock();
+        match self.try_recv_locked(&mut st) {
+            Ok((msg, after)) => {
+                drop(st);
+                after.run();
+                Poll::Ready(Ok(msg))
+            }
+            Err(TryRecvError::Disconnected) => Poll::Ready(Err(RecvError)),
+            Err(TryRecvError::Empty) => {
+                let packet = Arc::new(Packet {
+                    cx: Waiter::new_async_inline(cx.waker()),
+                    slot: Slot::new(None),
+                });
+                st.receivers.push_back(Entry {
+                    link: Link::Packet(packet.clone()),
+                    op: 0,
+                });
+                *pending = Some(packet);
+                Poll::Pending
+            }
+        }
+    }
+
+    /// A pending send future is dropped: leave the queue (the message is dropped with the
+    /// packet), unless it was completed meanwhile (delivered, or the receivers are gone).
+    pub(crate) fn abandon_send(&self, pending: &mut Option<Arc<Packet<T>>>) {
+        if let Some(packet) = pending.take()
+            && packet.cx.try_abort()
+        {
+            self.unregister_send(&packet.cx);
+        }
+    }
+
+    /// A pending receive future is dropped: leave the queue, or put back a message handed to
+    /// it in that instant.
+    pub(crate) fn abandon_recv(&self, pending: &mut Option<Arc<Packet<T>>>) {
+        if let Some(packet) = pending.take() {
+            self.abandon_recv_packet(&packet.cx, &packet.slot);
+        }
+    }
+
+    /// A waiting receive gives up: leave the queue, or put back a message handed over just
+    /// then.
+    fn abandon_recv_packet(&self, cx: &Waiter, slot: &Slot<T>) {
+        if cx.try_abort() {
+            self.unregister_recv(cx);
+        } else {
+            cx.completed_after_abort_failed();
+            // SAFETY: completed: the slot is ours.
+            if let Some(msg) = unsafe { slot.take() } {
+                self.requeue(msg);
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
     // Select support: register / unregister a passive waiter, and whether an operation could
     // complete now.
 
@@ -596,14 +720,99 @@ struct AbandonRecv<'a, T> {
 
 impl<T> Drop for AbandonRecv<'_, T> {
     fn drop(&mut self) {
-        if self.cx.try_abort() {
-            self.chan.unregister_recv(self.cx);
-        } else {
-            self.cx.completed_after_abort_failed();
-            // SAFETY: completed: the slot is ours.
-            if let Some(msg) = unsafe { self.slot.take() } {
-                self.chan.requeue(msg);
-            }
+        self.chan.abandon_recv_packet(self.cx, self.slot);
+    }
+}
+
+/// The future of `Sender::send_async` ([`mpsc`](crate::mpsc::Sender::send_async),
+/// [`mpmc`](crate::mpmc::Sender::send_async)): `Ok` once the message is sent, or the
+/// message back in a [`SendError`] if every receiver is gone.
+#[must_use = "futures do nothing unless polled"]
+pub struct SendFuture<'a, T> {
+    chan: &'a Chan<T>,
+    /// The message until it is handed to the channel.
+    msg: Option<T>,
+    /// The queued packet (holding the message), while it waits.
+    pending: Option<Arc<Packet<T>>>,
+}
+
+impl<'a, T> SendFuture<'a, T> {
+    pub(crate) fn new(chan: &'a Chan<T>, msg: T) -> Self {
+        SendFuture {
+            chan,
+            msg: Some(msg),
+            pending: None,
         }
+    }
+}
+
+// The future owns a `T` (and shares packets holding one): `Unpin` whatever `T` is, as nothing
+// points into it.
+impl<T> Unpin for SendFuture<'_, T> {}
+
+impl<T> Future for SendFuture<'_, T> {
+    type Output = Result<(), SendError<T>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        this.chan.poll_send(&mut this.msg, &mut this.pending, cx)
+    }
+}
+
+impl<T> Drop for SendFuture<'_, T> {
+    fn drop(&mut self) {
+        self.chan.abandon_send(&mut self.pending);
+    }
+}
+
+impl<T> fmt::Debug for SendFuture<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SendFuture")
+            .field("waiting", &self.pending.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The future of `Receiver::recv_async` ([`mpsc`](crate::mpsc::Receiver::recv_async),
+/// [`mpmc`](crate::mpmc::Receiver::recv_async), [`oneshot`](crate::oneshot::Receiver::recv_async)):
+/// a message, or [`RecvError`] once the channel is empty and every sender is gone.
+#[must_use = "futures do nothing unless polled"]
+pub struct RecvFuture<'a, T> {
+    chan: &'a Chan<T>,
+    /// The queued packet (its slot receives the message), while it waits.
+    pending: Option<Arc<Packet<T>>>,
+}
+
+impl<'a, T> RecvFuture<'a, T> {
+    pub(crate) fn new(chan: &'a Chan<T>) -> Self {
+        RecvFuture {
+            chan,
+            pending: None,
+        }
+    }
+}
+
+impl<T> Unpin for RecvFuture<'_, T> {}
+
+impl<T> Future for RecvFuture<'_, T> {
+    type Output = Result<T, RecvError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        this.chan.poll_recv(&mut this.pending, cx)
+    }
+}
+
+impl<T> Drop for RecvFuture<'_, T> {
+    fn drop(&mut self) {
+        self.chan.abandon_recv(&mut self.pending);
+    }
+}
+
+impl<T> fmt::Debug for RecvFuture<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecvFuture")
+            .field("waiting", &self.pending.is_some())
+            .finish_non_exhaustive()
     }
 }
