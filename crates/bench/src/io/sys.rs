@@ -510,7 +510,10 @@ mod tests {
             }
             after = process_cpu_seconds(pid).unwrap();
         }
-        assert!(after - before >= 0.015, "{before} -> {after} in 10 s of busy work");
+        assert!(
+            after - before >= 0.015,
+            "{before} -> {after} in 10 s of busy work"
+        );
     }
 
     #[test]
