@@ -245,8 +245,19 @@ fn parking_workers<P: Policy<Job>>(policy: P) {
         };
         let notify = shared.run.policy.push(None, job(id), reason);
         shared.notify(notify);
-        if id % 1000 == 999 {
-            thread::sleep(Duration::from_micros(200)); // let the workers run dry and sleep
+        if id % 1000 == 999 && id + 1 < TASKS {
+            // Let the workers run dry and go to sleep, so that the next pushes must wake them
+            // (waiting for it, rather than a fixed pause, keeps this true on a loaded machine).
+            while shared.run.done.load(Ordering::SeqCst) <= id || shared.idle.sleeping() < WORKERS {
+                assert!(
+                    Instant::now() < deadline,
+                    "lost wake-up or no sleep: {} of {} done, sleeping {}",
+                    shared.run.done.load(Ordering::SeqCst),
+                    id + 1,
+                    shared.idle.sleeping(),
+                );
+                thread::sleep(Duration::from_micros(100));
+            }
         }
     }
     while !shared.run.all_done() {
