@@ -2,7 +2,9 @@
 //!
 //! Tests: the defaults, no default features, each feature alone (with what it needs), every
 //! scheduler × every Linux IO backend, all features. Checks: the facade for FreeBSD, macOS and
-//! windows-gnu. And the facade's tests for windows-gnu under Wine. Every build goes to
+//! windows-gnu. And the facade's tests for windows-gnu under Wine. And every library crate's
+//! own tests with that crate alone (`cargo test -p <crate>`: à la carte, nothing of another
+//! crate's features forced on it by the workspace). Every build goes to
 //! `<target>/matrix` (flipping features in the main target directory would rebuild the
 //! workspace's crates back and forth); each entry's output goes to
 //! `<target>/matrix/logs/<entry>.log`, and the tail of a failing one is printed. A progress bar
@@ -46,6 +48,25 @@ const FEATURES: [(&str, &str); 13] = [
     ("context-boost", "context-boost"),
 ];
 
+/// The library crates, each tested alone (à la carte: only what it asks of its dependencies).
+const CRATES: [&str; 15] = [
+    "spindle-context",
+    "spindle-stack",
+    "spindle-coro",
+    "spindle-park",
+    "spindle-timer",
+    "spindle-sched",
+    "spindle-io",
+    "spindle-io-epoll",
+    "spindle-io-uring",
+    "spindle-io-polling",
+    "spindle-io-kqueue",
+    "spindle-io-iocp",
+    "spindle-sync",
+    "spindle-rt",
+    "spindle-io-tests",
+];
+
 /// Targets the facade is type-checked for.
 const CHECK_TARGETS: [&str; 3] = [
     "x86_64-unknown-freebsd",
@@ -64,6 +85,9 @@ enum Job {
     Check { target: &'static str },
     /// The facade's tests for windows-gnu, run under Wine.
     Wine,
+    /// `cargo test -p CRATE` alone: the crate with its own default features and no feature of
+    /// another crate forced on it by the rest of the workspace.
+    Alone { krate: &'static str },
 }
 
 struct Entry {
@@ -99,6 +123,7 @@ impl Entry {
             }
             Job::Check { target } => format!("check: {target}"),
             Job::Wine => "test under Wine: x86_64-pc-windows-gnu".to_string(),
+            Job::Alone { krate } => format!("test: -p {krate} alone"),
         }
     }
 }
@@ -141,6 +166,12 @@ fn full() -> Vec<Entry> {
         name: "wine".to_string(),
         job: Job::Wine,
     });
+    for krate in CRATES {
+        entries.push(Entry {
+            name: format!("alone-{krate}"),
+            job: Job::Alone { krate },
+        });
+    }
     entries
 }
 
@@ -196,6 +227,9 @@ fn run_entry(entry: &Entry, build_dir: &Path, log: &Path, bar: &ProgressBar) -> 
         Job::Wine => {
             // Its own progress: Wine's output goes to the terminal, the bar waits.
             return bar.suspend(|| ci::test_windows_wine(&["spindle"], Some(build_dir.into())));
+        }
+        Job::Alone { krate } => {
+            cmd.args(["test", "-p", krate]);
         }
     }
     let out = file(log)?;
