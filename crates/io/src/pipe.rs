@@ -156,7 +156,7 @@ impl PipeReader {
         }
         let deadline = self.ev.deadline(Direction::Read);
         let fd = self.inner.as_raw_fd();
-        self.ev.read_op(
+        self.ev.read_stream_op(
             OpKind::Read,
             buf,
             deadline,

@@ -340,7 +340,7 @@ impl UnixStream {
             return Ok(0);
         }
         let deadline = self.ev.deadline(Direction::Read);
-        self.ev.read_op(
+        self.ev.read_stream_op(
             OpKind::Recv,
             buf,
             deadline,
