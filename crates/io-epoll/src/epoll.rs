@@ -528,6 +528,10 @@ impl Reactor for Shared {
     fn is_alive(&self) -> bool {
         self.alive.load(SeqCst)
     }
+
+    fn reports_read_closed(&self) -> bool {
+        true // EPOLLRDHUP is asked for with every registration
+    }
 }
 
 /// A registration's slot and generation.

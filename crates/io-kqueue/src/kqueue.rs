@@ -347,6 +347,10 @@ impl Reactor for Shared {
     fn is_alive(&self) -> bool {
         self.table().alive
     }
+
+    fn reports_read_closed(&self) -> bool {
+        true // EV_EOF on the read filter
+    }
 }
 
 impl Shared {

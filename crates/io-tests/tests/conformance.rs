@@ -222,6 +222,7 @@ suite!(
     all: [
         echo,
         dropping_a_listener_frees_its_port,
+        data_and_end_of_stream_together,
         large_transfer_both_ways,
         half_close,
         peer_reset,
@@ -322,6 +323,40 @@ fn dropping_a_listener_frees_its_port() {
         }
     }
     drop(conn);
+}
+
+/// The last data and the peer's close arrive before the reader looks (one readiness event on
+/// the readiness backends): a read gets the data (less than it asked for), the next one the
+/// end of stream — it must not wait for an event that will not come.
+fn data_and_end_of_stream_together() {
+    let (mut client, server) = tcp_pair();
+    client
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    // Register the client's interest first (a wait with nothing there yet), so that the data
+    // and the close come as events on a registration.
+    let waiter = go(move || {
+        let mut buf = [0u8; 64];
+        let n = client.read(&mut buf).unwrap();
+        (client, buf[..n].to_vec())
+    });
+    nap(Duration::from_millis(20));
+    let mut server = server;
+    server.write_all(b"abc").unwrap();
+    let (mut client, got) = waiter();
+    assert_eq!(&got, b"abc");
+    // Now the last bytes and the close together, while the reader is not waiting.
+    server.write_all(b"xyz").unwrap();
+    drop(server);
+    nap(Duration::from_millis(20));
+    let mut buf = [0u8; 64];
+    let n = client.read(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"xyz");
+    assert_eq!(
+        client.read(&mut buf).unwrap(),
+        0,
+        "the end of stream after the last data"
+    );
 }
 
 /// Sleeps the coroutine, or the thread outside a runtime.

@@ -120,6 +120,18 @@ pub trait Reactor: Send + Sync + 'static {
         let _ = (source, io, interest);
         Ok(())
     }
+
+    /// Whether this reactor reports a peer's half-close as its own readiness
+    /// ([`Readiness::READ_CLOSED`](crate::Readiness::READ_CLOSED): `EPOLLRDHUP`, `EV_EOF`).
+    /// If it does, a read of a byte stream that returns less than it asked for is taken to
+    /// have drained the socket: its read readiness is cleared and the next read waits for an
+    /// event instead of making a call that would fail with `EWOULDBLOCK` — an end of stream
+    /// that came with the data still shows as `READ_CLOSED`. The default, `false`, keeps the
+    /// extra call (a backend that folds the half-close into `READABLE` would otherwise miss
+    /// an end of stream that arrived together with the last data).
+    fn reports_read_closed(&self) -> bool {
+        false
+    }
 }
 
 /// Completion: the kernel runs an operation on the caller's buffers and reports when it is done.

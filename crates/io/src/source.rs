@@ -45,6 +45,10 @@ pub(crate) struct Evented {
     write_timeout: AtomicU64,
     /// The driver whose proactor knows this source (its address; 0: none).
     proactor: AtomicUsize,
+    /// The registration (its `ScheduledIo`, owned by `regs`; null: none) whose reactor
+    /// reports half-closes apart ([`Reactor::reports_read_closed`]), so that a short stream
+    /// read may clear its read readiness. Compared by address only.
+    drains_io: AtomicPtr<ScheduledIo>,
 }
 
 const NO_TIMEOUT: u64 = u64::MAX;
@@ -82,6 +86,7 @@ impl Evented {
             read_timeout: AtomicU64::new(NO_TIMEOUT),
             write_timeout: AtomicU64::new(NO_TIMEOUT),
             proactor: AtomicUsize::new(0),
+            drains_io: AtomicPtr::new(ptr::null_mut()),
         }
     }
 
@@ -260,6 +265,10 @@ impl Evented {
             return Ok((latest.reactor.clone(), latest.io.clone()));
         }
         let io = current.register(self.fd)?;
+        if current.reports_read_closed() {
+            self.drains_io
+                .store(Arc::as_ptr(&io).cast_mut(), Ordering::Relaxed);
+        }
         self.current
             .store(Arc::as_ptr(&io).cast_mut(), Ordering::Release);
         regs.push(Registration {
@@ -446,6 +455,7 @@ impl Evented {
                         && n > 0
                         && n < len
                         && let Some((at, event)) = snapshot
+                        && ptr::eq(at, self.drains_io.load(Ordering::Relaxed))
                         && let Some(io) = self.current_io()
                         && ptr::eq(at, io)
                     {
@@ -488,6 +498,7 @@ impl Evented {
     pub(crate) fn deregister(&self) {
         let regs = std::mem::take(&mut *self.regs());
         self.current.store(ptr::null_mut(), Ordering::Release);
+        self.drains_io.store(ptr::null_mut(), Ordering::Relaxed);
         for reg in regs {
             if reg.reactor.is_alive() {
                 // An error means the fd is already gone from the reactor; nothing to undo.
