@@ -44,6 +44,8 @@ type LegFn = Box<dyn Fn() -> Result<(), String>>;
 pub struct Leg {
     pub name: String,
     pub about: &'static str,
+    /// Runs only with `cargo xtask ci --full` (too slow for every run).
+    pub full_only: bool,
     run: LegFn,
 }
 
@@ -63,8 +65,15 @@ impl Leg {
         Leg {
             name: name.to_string(),
             about,
+            full_only: false,
             run: Box::new(run),
         }
+    }
+
+    /// Marks the leg as one that runs only with `--full`.
+    fn full_only(mut self) -> Leg {
+        self.full_only = true;
+        self
     }
 }
 
@@ -191,9 +200,38 @@ pub fn legs() -> Vec<Leg> {
     ));
     legs.push(Leg::custom(
         "valgrind",
-        "core test binaries under valgrind",
+        "core and runtime test binaries under valgrind memcheck",
         valgrind,
     ));
+    legs.push(Leg::custom(
+        "miri",
+        "Miri (nightly): spindle-sched's policies, the timer wheel, spindle-sync thread-only",
+        crate::checkers::miri,
+    ));
+    legs.push(
+        Leg::custom(
+            "asan",
+            "AddressSanitizer (nightly, build-std): rt and sync stress tests, IO conformance (epoll)",
+            crate::checkers::asan,
+        )
+        .full_only(),
+    );
+    legs.push(
+        Leg::custom(
+            "tsan",
+            "ThreadSanitizer (nightly, build-std): spindle-sync's thread-only scenarios",
+            crate::checkers::tsan,
+        )
+        .full_only(),
+    );
+    legs.push(
+        Leg::custom(
+            "fuzz",
+            "cargo-fuzz: timer wheel and channel/select against models, 60 s each",
+            crate::checkers::fuzz,
+        )
+        .full_only(),
+    );
     legs.push(Leg::custom(
         "deny",
         "cargo-deny: bans, licenses, sources",
@@ -401,15 +439,17 @@ fn matches(selector: &str, leg: &str) -> bool {
 }
 
 const USAGE: &str = "\
-usage: cargo xtask ci [--only LEG[,LEG...]] [--skip LEG[,LEG...]] [--list]
+usage: cargo xtask ci [--full] [--only LEG[,LEG...]] [--skip LEG[,LEG...]] [--list]
 
+  --full   also run the slow legs (marked `full` in --list: sanitizers, fuzzing)
   --only   run only these legs (in the usual order); a trailing * matches a prefix (cross-*)
   --skip   skip these legs
   --list   list the legs and exit";
 
 fn print_legs(legs: &[Leg]) {
     for leg in legs {
-        println!("  {:<30} {}", leg.name, leg.about);
+        let full = if leg.full_only { "full " } else { "" };
+        println!("  {:<30} {full}{}", leg.name, leg.about);
     }
 }
 
@@ -417,6 +457,7 @@ pub fn main(args: &[String]) -> Result<ExitCode, String> {
     let all = legs();
     let mut only: Vec<String> = Vec::new();
     let mut skip: Vec<String> = Vec::new();
+    let mut full = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let (flag, inline) = match a.split_once('=') {
@@ -440,6 +481,7 @@ pub fn main(args: &[String]) -> Result<ExitCode, String> {
                         .map(String::from),
                 );
             }
+            "--full" => full = true,
             "--list" => {
                 print_legs(&all);
                 return Ok(ExitCode::SUCCESS);
@@ -458,8 +500,20 @@ pub fn main(args: &[String]) -> Result<ExitCode, String> {
             return Err(format!("no leg named `{sel}`; legs: {}", names.join(", ")));
         }
     }
+    if !full {
+        for sel in &only {
+            if all
+                .iter()
+                .filter(|l| matches(sel, &l.name))
+                .all(|l| l.full_only)
+            {
+                return Err(format!("leg `{sel}` runs only with --full"));
+            }
+        }
+    }
     let selected: Vec<&Leg> = all
         .iter()
+        .filter(|l| full || !l.full_only)
         .filter(|l| only.is_empty() || only.iter().any(|s| matches(s, &l.name)))
         .filter(|l| !skip.iter().any(|s| matches(s, &l.name)))
         .collect();
