@@ -15,6 +15,12 @@ use crate::proc::{self, cargo};
 /// The crates under the core suite (the `context` backend and valgrind legs run these).
 const CORE: [&str; 3] = ["spindle-context", "spindle-stack", "spindle-coro"];
 
+/// Test executables of spindle-rt that the `valgrind-rt` leg leaves out, by name prefix:
+/// `async_interop` makes no progress under valgrind
+/// (`a_cancelled_coroutine_drops_the_future_it_was_waiting_for` sits blocked, 1 s of CPU in
+/// 4 minutes; not yet understood).
+const VALGRIND_RT_SKIPPED: [&str; 1] = ["async_interop-"];
+
 /// IO backends for other systems, linted with their tests too by the `cross-<target>` legs
 /// (each is empty on the targets it is not for).
 const CROSS_IO: [&str; 2] = ["spindle-io-kqueue", "spindle-io-iocp"];
@@ -200,9 +206,17 @@ pub fn legs() -> Vec<Leg> {
     ));
     legs.push(Leg::custom(
         "valgrind",
-        "core and runtime test binaries under valgrind memcheck",
-        valgrind,
+        "core test binaries under valgrind memcheck",
+        || valgrind(&CORE, &[]),
     ));
+    legs.push(
+        Leg::custom(
+            "valgrind-rt",
+            "spindle-rt's test binaries under valgrind memcheck",
+            || valgrind(&["spindle-rt"], &VALGRIND_RT_SKIPPED),
+        )
+        .full_only(),
+    );
     legs.push(Leg::custom(
         "miri",
         "Miri (nightly): spindle-sched's policies, the timer wheel, spindle-sync thread-only",
@@ -360,7 +374,9 @@ const VALGRIND_BAD_SIGNS: [&str; 2] = [
     "Warning: set address range perms",
 ];
 
-fn valgrind() -> Result<(), String> {
+/// Runs the test executables of `pkgs` (but those whose file name starts with one of `skip`)
+/// under valgrind memcheck, one test thread each.
+fn valgrind(pkgs: &[&str], skip: &[&str]) -> Result<(), String> {
     if !proc::succeeds(Command::new("valgrind").arg("--version")) {
         return Err("valgrind is not installed (or does not run): apt-get install valgrind".into());
     }
@@ -371,11 +387,18 @@ fn valgrind() -> Result<(), String> {
                 "--no-run",
                 "--message-format=json-render-diagnostics",
             ])
-            .args(packages(&CORE)),
+            .args(packages(pkgs)),
     )?;
-    let bins = test_executables(&messages)?;
+    let mut bins = test_executables(&messages)?;
+    bins.retain(|b| {
+        let name = b.exe.file_name().unwrap_or_default().to_string_lossy();
+        !skip.iter().any(|s| name.starts_with(s))
+    });
     if bins.is_empty() {
-        return Err("cargo built no test executables for the core crates".into());
+        return Err(format!(
+            "cargo built no test executables for {}",
+            pkgs.join(", ")
+        ));
     }
     let mut failures = Vec::new();
     for bin in &bins {
