@@ -15,6 +15,12 @@ use crate::proc::{self, cargo};
 /// The crates under the core suite (the `context` backend and valgrind legs run these).
 const CORE: [&str; 3] = ["spindle-context", "spindle-stack", "spindle-coro"];
 
+/// Test executables of spindle-rt that the `valgrind-rt` leg leaves out, by name prefix:
+/// `async_interop` makes no progress under valgrind
+/// (`a_cancelled_coroutine_drops_the_future_it_was_waiting_for` sits blocked, 1 s of CPU in
+/// 4 minutes; not yet understood).
+const VALGRIND_RT_SKIPPED: [&str; 1] = ["async_interop-"];
+
 /// IO backends for other systems, linted with their tests too by the `cross-<target>` legs
 /// (each is empty on the targets it is not for).
 const CROSS_IO: [&str; 2] = ["spindle-io-kqueue", "spindle-io-iocp"];
@@ -44,6 +50,8 @@ type LegFn = Box<dyn Fn() -> Result<(), String>>;
 pub struct Leg {
     pub name: String,
     pub about: &'static str,
+    /// Runs only with `cargo xtask ci --full` (too slow for every run).
+    pub full_only: bool,
     run: LegFn,
 }
 
@@ -63,8 +71,15 @@ impl Leg {
         Leg {
             name: name.to_string(),
             about,
+            full_only: false,
             run: Box::new(run),
         }
+    }
+
+    /// Marks the leg as one that runs only with `--full`.
+    fn full_only(mut self) -> Leg {
+        self.full_only = true;
+        self
     }
 }
 
@@ -191,9 +206,49 @@ pub fn legs() -> Vec<Leg> {
     ));
     legs.push(Leg::custom(
         "valgrind",
-        "core test binaries under valgrind",
-        valgrind,
+        "core test binaries under valgrind memcheck",
+        || valgrind(&CORE, &[]),
     ));
+    legs.push(
+        Leg::custom(
+            "valgrind-rt",
+            "spindle-rt's test binaries under valgrind memcheck",
+            || valgrind(&["spindle-rt"], &VALGRIND_RT_SKIPPED),
+        )
+        .full_only(),
+    );
+    legs.push(
+        Leg::custom(
+            "miri",
+            "Miri (nightly): spindle-sched's policies, the timer wheel, spindle-sync thread-only",
+            crate::checkers::miri,
+        )
+        .full_only(),
+    );
+    legs.push(
+        Leg::custom(
+            "asan",
+            "AddressSanitizer (nightly, build-std): rt and sync stress tests, IO conformance (epoll)",
+            crate::checkers::asan,
+        )
+        .full_only(),
+    );
+    legs.push(
+        Leg::custom(
+            "tsan",
+            "ThreadSanitizer (nightly, build-std): spindle-sync's thread-only scenarios",
+            crate::checkers::tsan,
+        )
+        .full_only(),
+    );
+    legs.push(
+        Leg::custom(
+            "fuzz",
+            "cargo-fuzz: timer wheel and channel/select against models, 60 s each",
+            crate::checkers::fuzz,
+        )
+        .full_only(),
+    );
     legs.push(Leg::custom(
         "deny",
         "cargo-deny: bans, licenses, sources",
@@ -322,7 +377,9 @@ const VALGRIND_BAD_SIGNS: [&str; 2] = [
     "Warning: set address range perms",
 ];
 
-fn valgrind() -> Result<(), String> {
+/// Runs the test executables of `pkgs` (but those whose file name starts with one of `skip`)
+/// under valgrind memcheck, one test thread each.
+fn valgrind(pkgs: &[&str], skip: &[&str]) -> Result<(), String> {
     if !proc::succeeds(Command::new("valgrind").arg("--version")) {
         return Err("valgrind is not installed (or does not run): apt-get install valgrind".into());
     }
@@ -333,11 +390,18 @@ fn valgrind() -> Result<(), String> {
                 "--no-run",
                 "--message-format=json-render-diagnostics",
             ])
-            .args(packages(&CORE)),
+            .args(packages(pkgs)),
     )?;
-    let bins = test_executables(&messages)?;
+    let mut bins = test_executables(&messages)?;
+    bins.retain(|b| {
+        let name = b.exe.file_name().unwrap_or_default().to_string_lossy();
+        !skip.iter().any(|s| name.starts_with(s))
+    });
     if bins.is_empty() {
-        return Err("cargo built no test executables for the core crates".into());
+        return Err(format!(
+            "cargo built no test executables for {}",
+            pkgs.join(", ")
+        ));
     }
     let mut failures = Vec::new();
     for bin in &bins {
@@ -401,15 +465,17 @@ fn matches(selector: &str, leg: &str) -> bool {
 }
 
 const USAGE: &str = "\
-usage: cargo xtask ci [--only LEG[,LEG...]] [--skip LEG[,LEG...]] [--list]
+usage: cargo xtask ci [--full] [--only LEG[,LEG...]] [--skip LEG[,LEG...]] [--list]
 
+  --full   also run the slow legs (marked `full` in --list: sanitizers, fuzzing)
   --only   run only these legs (in the usual order); a trailing * matches a prefix (cross-*)
   --skip   skip these legs
   --list   list the legs and exit";
 
 fn print_legs(legs: &[Leg]) {
     for leg in legs {
-        println!("  {:<30} {}", leg.name, leg.about);
+        let full = if leg.full_only { "full " } else { "" };
+        println!("  {:<30} {full}{}", leg.name, leg.about);
     }
 }
 
@@ -417,6 +483,7 @@ pub fn main(args: &[String]) -> Result<ExitCode, String> {
     let all = legs();
     let mut only: Vec<String> = Vec::new();
     let mut skip: Vec<String> = Vec::new();
+    let mut full = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let (flag, inline) = match a.split_once('=') {
@@ -440,6 +507,7 @@ pub fn main(args: &[String]) -> Result<ExitCode, String> {
                         .map(String::from),
                 );
             }
+            "--full" => full = true,
             "--list" => {
                 print_legs(&all);
                 return Ok(ExitCode::SUCCESS);
@@ -458,8 +526,20 @@ pub fn main(args: &[String]) -> Result<ExitCode, String> {
             return Err(format!("no leg named `{sel}`; legs: {}", names.join(", ")));
         }
     }
+    if !full {
+        for sel in &only {
+            if all
+                .iter()
+                .filter(|l| matches(sel, &l.name))
+                .all(|l| l.full_only)
+            {
+                return Err(format!("leg `{sel}` runs only with --full"));
+            }
+        }
+    }
     let selected: Vec<&Leg> = all
         .iter()
+        .filter(|l| full || !l.full_only)
         .filter(|l| only.is_empty() || only.iter().any(|s| matches(s, &l.name)))
         .filter(|l| !skip.iter().any(|s| matches(s, &l.name)))
         .collect();

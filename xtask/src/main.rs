@@ -1,6 +1,7 @@
 //! Spindle's project automation, run as `cargo xtask <command>` (see `.cargo/config.toml`).
 //!
-//! * `cargo xtask ci [--only LEG,..] [--skip LEG,..] [--list]`: the one test command.
+//! * `cargo xtask ci [--full] [--only LEG,..] [--skip LEG,..] [--list]`: the one test command
+//!   (`--full` adds the slow checkers: sanitizers, fuzzing).
 //! * `cargo xtask bench <suite> [--quick] [--json PATH] [--filter S]`: side-by-side benchmarks.
 //! * `cargo xtask matrix [--quick] [--list] [--only ENTRY,..]`: the facade's feature matrix.
 //! * `cargo xtask demo [--quick]`: the tour (`cargo run --release --example tour`).
@@ -9,6 +10,7 @@
 //! machine.
 
 mod bench;
+mod checkers;
 mod ci;
 mod json;
 mod matrix;
@@ -20,9 +22,10 @@ const USAGE: &str = "\
 usage: cargo xtask <command> [args]
 
 commands:
-  ci [--only LEG,..] [--skip LEG,..] [--list]
-        run the CI legs (fmt, clippy, tests, cross checks, valgrind, cargo-deny) and
-        print a summary; `cargo xtask ci --list` shows the legs
+  ci [--full] [--only LEG,..] [--skip LEG,..] [--list]
+        run the CI legs (fmt, clippy, tests, loom, cross checks, valgrind, miri,
+        cargo-deny) and print a summary; --full adds ASan, TSan and fuzzing;
+        `cargo xtask ci --list` shows the legs
   bench <suite> [--quick] [--json PATH] [--svg PATH] [--filter S] [--rounds N]
         build spindle-bench in release (plus its boost-backend copy) and run the suite;
         writes a chart to --svg, beside --json, or to target/bench/<suite>.svg;

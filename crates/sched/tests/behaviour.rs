@@ -11,7 +11,11 @@ use std::time::{Duration, Instant};
 
 use spindle_sched::{Fifo, Idle, Notify, Policy, Reason, RoundRobin, Task, WorkStealing};
 
-const TASKS: usize = 100_000;
+/// Tasks per run; a few hundred under Miri (its interpreter runs about a million times slower,
+/// and the interleavings it explores don't need the volume).
+const TASKS: usize = if cfg!(miri) { 400 } else { 100_000 };
+/// The pusher pauses after this many tasks so that the workers run dry and sleep.
+const PAUSE_EVERY: usize = if cfg!(miri) { 100 } else { 1000 };
 const WORKERS: usize = 2;
 
 /// A task: an id, its home (set when a worker first runs it, as the runtime pins), and how
@@ -245,7 +249,7 @@ fn parking_workers<P: Policy<Job>>(policy: P) {
         };
         let notify = shared.run.policy.push(None, job(id), reason);
         shared.notify(notify);
-        if id % 1000 == 999 && id + 1 < TASKS {
+        if id % PAUSE_EVERY == PAUSE_EVERY - 1 && id + 1 < TASKS {
             // Let the workers run dry and go to sleep, so that the next pushes must wake them
             // (waiting for it, rather than a fixed pause, keeps this true on a loaded machine).
             while shared.run.done.load(Ordering::SeqCst) <= id || shared.idle.sleeping() < WORKERS {

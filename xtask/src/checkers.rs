@@ -1,0 +1,182 @@
+//! The checker legs of `cargo xtask ci` on the nightly toolchain: Miri, AddressSanitizer,
+//! ThreadSanitizer and the cargo-fuzz runs. Each builds into its own directory under the
+//! target directory (`miri`, `asan`, `tsan`; the fuzz crate builds in `fuzz/target`), so none
+//! of them replaces the normal build. What each covers, and what it leaves out and why, is in
+//! ARCHITECTURE.md (Tooling).
+
+use std::process::Command;
+
+use crate::ci::target_dir;
+use crate::proc;
+
+/// The host target, named explicitly: sanitizer builds need `-Zbuild-std`, which needs it.
+const HOST: &str = "x86_64-unknown-linux-gnu";
+
+/// `cargo` of the nightly toolchain, in the workspace root. `rustup run` rather than
+/// `$CARGO +nightly`: `$CARGO` is the stable toolchain's own binary, which ignores `+nightly`.
+fn nightly_cargo() -> Command {
+    let mut cmd = Command::new("rustup");
+    cmd.args(["run", "nightly", "cargo"])
+        .current_dir(proc::root())
+        // Set by the outer (stable) cargo for xtask; the nightly one must pick its own.
+        .env_remove("RUSTC")
+        .env_remove("RUSTDOC")
+        .env_remove("CARGO")
+        .env_remove("RUSTC_WRAPPER");
+    cmd
+}
+
+/// Checks that the nightly toolchain has `components` (`.ci/run` installs them).
+fn ensure_nightly(components: &[&str]) -> Result<(), String> {
+    let mut list = Command::new("rustup");
+    list.args(["component", "list", "--installed", "--toolchain", "nightly"]);
+    let installed = proc::run_stdout(&mut list).map_err(|e| {
+        format!("{e} (install nightly: rustup toolchain install nightly --profile minimal)")
+    })?;
+    for c in components {
+        if !installed.lines().any(|l| l.starts_with(c)) {
+            return Err(format!(
+                "nightly lacks `{c}`: rustup component add --toolchain nightly {c}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Miri over the parts without inline assembly: spindle-sched's policies (queue, deque, FIFO,
+/// round-robin, work-stealing: unit and integration tests, loom models excluded by `cfg`), the
+/// timer wheel, spindle-sync's thread-only scenarios (`tests/miri.rs`, OS threads parked
+/// through spindle-park) and its thread-only unit tests.
+pub fn miri() -> Result<(), String> {
+    ensure_nightly(&["miri", "rust-src"])?;
+    let run = |args: &[&str]| {
+        proc::run(
+            nightly_cargo()
+                // Many seeds would multiply the time; one schedule per run, but a different
+                // one per test thanks to the preemption rate. Property tests get a handful of
+                // cases (their full runs are in the `test` leg).
+                .env(
+                    "MIRIFLAGS",
+                    "-Zmiri-permissive-provenance -Zmiri-preemption-rate=0.05",
+                )
+                .env("PROPTEST_CASES", "4")
+                .env("PROPTEST_DISABLE_FAILURE_PERSISTENCE", "1")
+                .args(["miri", "test"])
+                .args(args),
+        )
+    };
+    run(&["-p", "spindle-sched", "-p", "spindle-timer"])?;
+    run(&["-p", "spindle-sync", "--test", "miri"])
+}
+
+/// One sanitizer leg: builds std and the tests with `-Zsanitizer=<kind>` into
+/// `<target>/<dir>` and runs each `(package, test target, filter args)`.
+fn sanitizer(
+    kind: &str,
+    dir: &str,
+    options: (&str, String),
+    tests: &[(&str, &str, &[&str])],
+) -> Result<(), String> {
+    ensure_nightly(&["rust-src"])?;
+    let target = target_dir()?.join(dir);
+    let flags = format!("-Zsanitizer={kind}");
+    let mut failures = Vec::new();
+    for (pkg, test, filter) in tests {
+        let r = proc::run(
+            nightly_cargo()
+                .env("RUSTFLAGS", &flags)
+                .env("RUSTDOCFLAGS", &flags)
+                .env("CARGO_TARGET_DIR", &target)
+                .env(options.0, &options.1)
+                .args(["test", "-Zbuild-std", "--target", HOST, "-p", pkg])
+                .args(["--test", test, "--"])
+                .args(*filter),
+        );
+        if let Err(e) = r {
+            failures.push(format!("{pkg} --test {test}: {e}"));
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("; "))
+    }
+}
+
+/// What the ASan leg runs: the runtime's stress tests, spindle-sync's stress tests, the IO
+/// conformance suite in its epoll mode. Skipped: the tests on copying (shared) stacks, whose
+/// `save` copies the used part of the stack wholesale, frames' redzones included, which ASan
+/// rightly reports as a stack-buffer-underflow (by design, not a bug: the bytes are restored
+/// as they were, never interpreted).
+const SANITIZED: [(&str, &str, &[&str]); 3] = [
+    ("spindle-rt", "stress", &[]),
+    ("spindle-sync", "stress", &["--skip", "shared_stack"]),
+    (
+        "spindle-io-tests",
+        "conformance",
+        &["epoll::", "--skip", "copying_stack"],
+    ),
+];
+
+/// AddressSanitizer (see ARCHITECTURE.md for the options and why).
+pub fn asan() -> Result<(), String> {
+    sanitizer(
+        "address",
+        "asan",
+        (
+            "ASAN_OPTIONS",
+            "detect_stack_use_after_return=0:detect_leaks=1".to_string(),
+        ),
+        &SANITIZED,
+    )
+}
+
+/// ThreadSanitizer (see ARCHITECTURE.md for what it covers and why).
+pub fn tsan() -> Result<(), String> {
+    let supp = proc::root().join("ci/sanitizers/tsan.supp");
+    sanitizer(
+        "thread",
+        "tsan",
+        (
+            "TSAN_OPTIONS",
+            format!(
+                "halt_on_error=1:second_deadlock_stack=1:suppressions={}",
+                supp.display()
+            ),
+        ),
+        &TSANITIZED,
+    )
+}
+
+/// What the TSan leg runs (see ARCHITECTURE.md).
+const TSANITIZED: [(&str, &str, &[&str]); 1] = [("spindle-sync", "miri", &[])];
+
+/// The fuzz targets in `fuzz/fuzz_targets`, each with its corpus in `fuzz/corpus/<target>`.
+pub const FUZZ_TARGETS: [&str; 2] = ["timer_wheel", "channel_select"];
+
+/// Seconds each fuzz target runs in the `fuzz` leg.
+const FUZZ_SECONDS: u32 = 60;
+
+/// cargo-fuzz: each target for [`FUZZ_SECONDS`], starting from the corpus kept in the repo.
+/// New inputs go to `<target>/fuzz-corpus/<target>`, so the repo's corpus stays as it is
+/// (`cargo xtask`-less: `cd fuzz && cargo +nightly fuzz run <target> corpus/<target>`).
+pub fn fuzz() -> Result<(), String> {
+    if !proc::succeeds(nightly_cargo().args(["fuzz", "--version"])) {
+        return Err("cargo-fuzz is not installed: cargo install --locked cargo-fuzz".into());
+    }
+    let fuzz_dir = proc::root().join("fuzz");
+    let out = target_dir()?.join("fuzz-corpus");
+    for t in FUZZ_TARGETS {
+        let new = out.join(t);
+        std::fs::create_dir_all(&new).map_err(|e| format!("{}: {e}", new.display()))?;
+        proc::run(
+            nightly_cargo()
+                .current_dir(&fuzz_dir)
+                .args(["fuzz", "run", t])
+                .arg(&new)
+                .arg(fuzz_dir.join("corpus").join(t))
+                .args(["--", &format!("-max_total_time={FUZZ_SECONDS}")]),
+        )?;
+    }
+    Ok(())
+}
