@@ -26,7 +26,7 @@
 //! injected (a peer reset), or failed; failed must stay 0.
 //!
 //! Bounds: RSS at the end of the load at most max(10 %, 8 MiB) above RSS at the end of the
-//! warm-up (a quarter of the run, 5..30 s); descriptors and live coroutines back to their
+//! warm-up (a quarter of the run, 10..30 s); descriptors and live coroutines back to their
 //! values before the first client, within 20 s of the last client leaving; no stuck-coroutine
 //! report (threshold `--stuck-ms`, 100 ms by default); the server's CPU time over one quiet
 //! second under 5 % of one core.
@@ -411,7 +411,7 @@ fn talker(ctx: &Ctx, id: u64) {
                 break r.map(|()| bump(&t.answered));
             }
             seq += 1;
-            let (line, want) = if seq % 20 == 0 {
+            let (line, want) = if seq.is_multiple_of(20) {
                 ("/ping".to_string(), "pong".to_string())
             } else {
                 let pad = "x".repeat(rng.range(lo, hi) as usize);
@@ -947,7 +947,7 @@ pub fn run(opts: &Opts) -> Result<bool, String> {
         .and_then(|a| a.parse().ok())
         .ok_or_else(|| format!("ready line {ready:?}"))?;
     let duration = Duration::from_secs_f64(opts.minutes * 60.0);
-    let warm_up = (duration / 4).clamp(Duration::from_secs(5), Duration::from_secs(30));
+    let warm_up = (duration / 4).clamp(Duration::from_secs(10), Duration::from_secs(30));
     println!(
         "soak: {backend} backend, 2 workers, {:.2} min of load ({} s warm-up), {idle_n} idle \
          connections; echo on {echo}, chat on {chat}{}",
