@@ -698,6 +698,8 @@ struct Stats {
     members: u64,
     resumes: u64,
     maps: u64,
+    stacks_mapped: u64,
+    stacks_pooled: u64,
 }
 
 impl Stats {
@@ -719,6 +721,8 @@ impl Stats {
                 "members" => s.members = v,
                 "resumes" => s.resumes = v,
                 "maps" => s.maps = v,
+                "stacks_mapped" => s.stacks_mapped = v,
+                "stacks_pooled" => s.stacks_pooled = v,
                 _ => {}
             }
         }
@@ -761,6 +765,9 @@ impl Server {
             .stderr(Stdio::piped());
         if let Some(what) = &opts.inject {
             cmd.args(["--inject", what]);
+        }
+        if opts.default_pool {
+            cmd.arg("--default-pool");
         }
         let mut child = cmd
             .spawn()
@@ -1007,13 +1014,16 @@ pub fn run(opts: &Opts) -> Result<bool, String> {
         if started.elapsed() >= next_report {
             next_report += Duration::from_secs(10);
             println!(
-                "soak: {:>4} s  requests {:>8}  answered {:>8}  open {:>6}  rss {}  live {}",
+                "soak: {:>4} s  requests {:>8}  answered {:>8}  open {:>6}  rss {}  live {}  \
+                 stacks {} ({} pooled)",
                 started.elapsed().as_secs(),
                 get(&tally.requests),
                 get(&tally.answered),
                 get(&tally.open),
                 mib(loaded.rss_kib),
-                loaded.live
+                loaded.live,
+                loaded.stacks_mapped,
+                loaded.stacks_pooled,
             );
         }
     }
@@ -1119,6 +1129,16 @@ pub fn run(opts: &Opts) -> Result<bool, String> {
         ),
         ("server mappings peak", peak_maps.to_string()),
         (
+            "stacks mapped (pooled) warm-up / end",
+            format!(
+                "{} ({}) / {} ({})",
+                at_warm_up.stacks_mapped,
+                at_warm_up.stacks_pooled,
+                loaded.stacks_mapped,
+                loaded.stacks_pooled
+            ),
+        ),
+        (
             "live coroutines before / after",
             format!("{} / {}", before.live, after.live),
         ),
@@ -1138,7 +1158,7 @@ pub fn run(opts: &Opts) -> Result<bool, String> {
     println!();
     println!("soak summary");
     for (k, v) in &rows {
-        println!("  {k:<34} {v}");
+        println!("  {k:<38} {v}");
     }
 
     let faults = [

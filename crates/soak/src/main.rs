@@ -20,8 +20,12 @@
 //!
 //! ```text
 //! spindle-soak [--minutes N] [--backend auto|epoll|uring|polling] [--idle N] [--stuck-ms N]
-//!              [--inject leak-fd|leak-coroutine|stuck|spin]
+//!              [--inject leak-fd|leak-coroutine|stuck|spin] [--default-pool]
 //! ```
+//!
+//! The server's stack pool keeps at most 256 stacks per worker and 1,024 shared (see
+//! `server::POOL_THREAD_CACHE`); `--default-pool` soaks the runtime's default pool instead,
+//! whose caches fill for minutes under this load (RSS then grows until they are full).
 //!
 //! `--inject` makes the server misbehave on purpose (leak a descriptor, leave a coroutine
 //! parked for ever, hold a worker for 300 ms, keep a worker busy) to show that the checks
@@ -57,10 +61,13 @@ pub struct Opts {
     pub stuck_ms: u64,
     /// A fault to inject into the server (to see a check fail).
     pub inject: Option<String>,
+    /// The runtime's default stack pool instead of the soak's bounded one.
+    pub default_pool: bool,
 }
 
 const USAGE: &str = "usage: spindle-soak [--minutes N] [--backend auto|epoll|uring|polling] \
-                     [--idle N] [--stuck-ms N] [--inject leak-fd|leak-coroutine|stuck|spin]";
+                     [--idle N] [--stuck-ms N] [--inject leak-fd|leak-coroutine|stuck|spin] \
+                     [--default-pool]";
 
 /// The backends the soak knows.
 pub const BACKENDS: [&str; 4] = ["auto", "epoll", "uring", "polling"];
@@ -74,6 +81,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         idle: 10_000,
         stuck_ms: 100,
         inject: None,
+        default_pool: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -122,6 +130,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                 }
                 opts.inject = Some(v);
             }
+            "--default-pool" => opts.default_pool = true,
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument `{other}`\n{USAGE}")),
         }
