@@ -103,6 +103,17 @@ impl Tally {
         self.error(what, kind(e));
     }
 
+    /// A request abandoned by a peer reset (`r`: setting it up), or failed.
+    fn reset(&self, what: &str, r: io::Result<()>) {
+        match r {
+            Ok(()) => {
+                bump(&self.abandoned);
+                bump(&self.resets);
+            }
+            Err(e) => self.failed(what, &e),
+        }
+    }
+
     fn errors(&self) -> BTreeMap<String, u64> {
         self.errors
             .lock()
@@ -505,13 +516,7 @@ fn random_client(ctx: &Ctx, rng: &mut Rng) {
                 }
                 sys::set_linger_zero(&*s)
             });
-            match r {
-                Ok(()) => {
-                    bump(&t.abandoned);
-                    bump(&t.resets);
-                }
-                Err(e) => t.failed("echo reset", &e),
-            }
+            t.reset("echo reset", r);
         }
         // Peer reset on chat, after a line.
         4 => {
@@ -519,16 +524,10 @@ fn random_client(ctx: &Ctx, rng: &mut Rng) {
                 return;
             };
             bump(&t.requests);
-            match chat
+            let r = chat
                 .send("about to vanish")
-                .and_then(|()| sys::set_linger_zero(&*chat.conn))
-            {
-                Ok(()) => {
-                    bump(&t.abandoned);
-                    bump(&t.resets);
-                }
-                Err(e) => t.failed("chat reset", &e),
-            }
+                .and_then(|()| sys::set_linger_zero(&*chat.conn));
+            t.reset("chat reset", r);
         }
         // Chat: join, /ping, /quit.
         5 => {

@@ -60,16 +60,17 @@ pub fn map_count() -> usize {
     std::fs::read_to_string("/proc/self/maps").map_or(0, |m| m.lines().count())
 }
 
-fn setsockopt_int(sock: &impl AsRawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
-    // SAFETY: the pointer and length describe `value`, an `int`, alive for the call; the
-    // descriptor is owned by `sock`, which is borrowed for the call.
+/// `setsockopt(2)` with a plain-data `value` (an `int`, a `linger`).
+fn setsockopt<T: Copy>(sock: &impl AsRawFd, level: i32, name: i32, value: T) -> io::Result<()> {
+    // SAFETY: the pointer and length describe `value`, a plain-data option value alive for the
+    // call; the descriptor is owned by `sock`, which is borrowed for the call.
     let rc = unsafe {
         libc::setsockopt(
             sock.as_raw_fd(),
             level,
             name,
             (&raw const value).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
+            std::mem::size_of::<T>() as libc::socklen_t,
         )
     };
     if rc == 0 {
@@ -85,22 +86,7 @@ pub fn set_linger_zero(sock: &impl AsRawFd) -> io::Result<()> {
         l_onoff: 1,
         l_linger: 0,
     };
-    // SAFETY: the pointer and length describe `linger`, alive for the call; the descriptor is
-    // owned by `sock`, which is borrowed for the call.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&raw const linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    setsockopt(sock, libc::SOL_SOCKET, libc::SO_LINGER, linger)
 }
 
 /// Connects to `addr` (IPv4) from a socket whose receive buffer is set to `bytes` *before*
@@ -118,7 +104,7 @@ pub fn connect_with_recv_buffer(addr: SocketAddr, bytes: i32) -> io::Result<TcpS
     }
     // SAFETY: `fd` is a descriptor just returned by socket(2) and owned by nobody else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, bytes)?;
+    setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, bytes)?;
     let sin = libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,
         sin_port: v4.port().to_be(),
