@@ -199,6 +199,12 @@ pub fn legs() -> Vec<Leg> {
         || test_windows_wine(&WINE_TESTED, None),
     ));
     legs.push(Leg::custom(
+        "soak",
+        "the echo and chat examples under mixed load, 1 minute on epoll, then on io_uring \
+         (cargo xtask soak)",
+        crate::soak::ci,
+    ));
+    legs.push(Leg::custom(
         "matrix-quick",
         "the facade's feature matrix, a quick slice: defaults, no default features, a FreeBSD \
          check (all of it: cargo xtask matrix)",

@@ -5,6 +5,7 @@
 //! * `cargo xtask bench <suite> [--quick] [--json PATH] [--filter S]`: side-by-side benchmarks.
 //! * `cargo xtask matrix [--quick] [--list] [--only ENTRY,..]`: the facade's feature matrix.
 //! * `cargo xtask demo [--quick]`: the tour (`cargo run --release --example tour`).
+//! * `cargo xtask soak [--minutes N] [--backend B]`: the echo and chat examples under mixed load.
 //!
 //! Std plus indicatif (the matrix's progress bar), so that it builds in seconds on a fresh
 //! machine.
@@ -15,6 +16,7 @@ mod ci;
 mod json;
 mod matrix;
 mod proc;
+mod soak;
 
 use std::process::ExitCode;
 
@@ -35,7 +37,12 @@ commands:
         defaults, every scheduler x Linux IO backend, all features), check it for FreeBSD,
         macOS and windows-gnu, run its tests under Wine; builds go to <target>/matrix
   demo [--quick]
-        run the tour: `cargo run --release --example tour`";
+        run the tour: `cargo run --release --example tour`
+  soak [--minutes N] [--backend auto|epoll|uring|polling] [--idle N] [--stuck-ms N]
+       [--inject leak-fd|leak-coroutine|stuck|spin]
+        the echo and chat examples on a 2-worker runtime under mixed load for N minutes
+        (default 1; fractions allowed): checks every request answered or refused, fds, RSS,
+        stuck coroutines, idle CPU; prints a summary, exits non-zero on a violation";
 
 /// `cargo xtask demo [args]`: `cargo run --release -p spindle-rt --example tour -- [args]`.
 fn demo(args: &[String]) -> Result<ExitCode, String> {
@@ -66,6 +73,7 @@ fn main() -> ExitCode {
         Some("bench") => bench::main(&args[1..]),
         Some("matrix") => matrix::main(&args[1..]),
         Some("demo") => demo(&args[1..]),
+        Some("soak") => soak::main(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(ExitCode::SUCCESS)
