@@ -560,12 +560,9 @@ fn child_io_uring_refused() {
         return;
     }
     // The explicit choice is an error that says why.
-    let err = Runtime::builder()
-        .workers(1)
-        .io(IoBackend::IoUring)
-        .build()
-        .err()
-        .expect("io_uring was refused, yet an io_uring runtime started");
+    let Err(err) = Runtime::builder().workers(1).io(IoBackend::IoUring).build() else {
+        panic!("io_uring was refused, yet an io_uring runtime started");
+    };
     assert_eq!(
         std::error::Error::source(&err)
             .and_then(|e| e.downcast_ref::<std::io::Error>())
@@ -580,6 +577,10 @@ fn child_io_uring_refused() {
         Some(errno),
         "{err}"
     );
+    // It says why, and that it is the default choice that would fall back.
+    let msg = err.to_string();
+    assert!(msg.contains("io_uring_setup failed"), "{msg}");
+    assert!(msg.contains("IoBackend::Auto"), "{msg}");
     // The default falls back, twice, with one line in all.
     for _ in 0..2 {
         let rt = Runtime::builder().workers(2).build().unwrap();
