@@ -66,16 +66,10 @@ fn backend(mode: &str) -> IoBackend {
     }
 }
 
-/// A deterministic byte pattern (position-dependent, so loss or reordering shows).
+/// Bytes that depend on their position and `seed`, so loss or reordering shows.
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
+    (0..len as u64)
+        .map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(seed) >> 56) as u8)
         .collect()
 }
 
