@@ -191,7 +191,7 @@ impl fmt::Display for SetupError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}; the runtime falls back to epoll for this worker",
+            "{}; with the default IO choice (IoBackend::Auto) the runtime falls back to epoll",
             self.message
         )
     }

@@ -99,6 +99,29 @@
 //! section. Dropping the [`Runtime`] cancels every coroutine still alive, waits for them to
 //! unwind, and joins the worker threads.
 //!
+//! # Signals, `fork()` and other process-level faults
+//!
+//! * **Graceful shutdown on SIGINT/SIGTERM**: the `graceful` example (self-pipe: the handler
+//!   only `write(2)`s a byte; a coroutine reading the pipe cancels the acceptor, which closes
+//!   the listener, waits for the requests in flight up to a deadline, and cancels the rest).
+//!   Signals interrupting Spindle's own waits (`EINTR` in `epoll_wait`, `io_uring_enter`,
+//!   `poll(2)`, thread parks) are retried inside, so a handler installed without `SA_RESTART`
+//!   makes no Spindle call fail with `Interrupted`.
+//! * **`fork()` with a runtime running**: only the forking thread exists in the child; the
+//!   runtime's workers, its monitor and its blocking-pool threads do not. In the child the
+//!   parent's [`Runtime`] and its [`Handle`]s are inert: coroutines spawned on them never run,
+//!   [`Runtime::block_on`] on it never returns, and **dropping it hangs** (it waits for its
+//!   coroutines to unwind and joins its workers, none of which exist). Leave it alone: end the
+//!   child with `exec` or `_exit`, or `std::mem::forget` it. The child can build and use a
+//!   fresh runtime (tested: coroutines, timers, TCP); IO objects made in the parent stay
+//!   registered with the parent's drivers, so move them over as raw descriptors (`into_std` /
+//!   `from_std`) rather than using them directly. As with any multi-threaded program, a lock
+//!   another thread held at the fork (the stack registry's free list, a stack pool's cache)
+//!   stays held in the child: fork early, or `fork` + `exec` (`std::process::Command` does).
+//! * **Out of memory or mappings**: [`Builder::spawn`] returns the error (which limit, what to
+//!   do) and the runtime keeps running the coroutines it has; [`spawn`] panics with it.
+//! * **Stack overflow** in a coroutine: one `spindle:` line naming it, then abort.
+//!
 //! # Fairness
 //!
 //! A coroutine runs until it suspends. Operations that complete without suspending count
