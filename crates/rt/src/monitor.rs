@@ -11,10 +11,19 @@
 //!
 //! It also advances each worker's slice epoch every 10 ms: a coroutine that has run through
 //! two epochs has used its slice and yields at its next scheduling point (see `coop`).
+//!
+//! While every worker sleeps there is nothing to watch, so the monitor sleeps too, without a
+//! timeout (Go's sysmon does the same), and an idle runtime wakes no thread at all. A worker
+//! that leaves its sleep wakes it. The hand-shake is Dekker's, with `SeqCst` fences on both
+//! sides: the monitor sets `asleep`, fences, and re-reads the sleeping count; a worker updates
+//! the sleeping count (`Idle::woke`/`cancel_sleep`, or a waker that claimed it did), fences,
+//! and reads `asleep`. Either the monitor sees a worker awake and keeps ticking, or that
+//! worker sees the monitor asleep and unparks it. Workers pay this only when they come out of
+//! a sleep, never per coroutine.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicBool, Ordering, fence};
+use std::sync::{Arc, OnceLock, Weak};
+use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
 use crate::runtime::Shared;
@@ -35,6 +44,29 @@ impl Monitor {
     }
 }
 
+/// How workers reach the monitor: kept in `Shared`.
+#[derive(Default)]
+pub(crate) struct MonitorHandle {
+    thread: OnceLock<Thread>,
+    /// The monitor sleeps until a worker wakes it.
+    asleep: AtomicBool,
+}
+
+impl MonitorHandle {
+    /// Called by a worker that has just left its sleep (woken, or it cancelled the sleep),
+    /// after the idle protocol counted it awake.
+    #[inline]
+    pub(crate) fn worker_awake(&self) {
+        fence(Ordering::SeqCst);
+        if self.asleep.load(Ordering::Relaxed)
+            && self.asleep.swap(false, Ordering::AcqRel)
+            && let Some(t) = self.thread.get()
+        {
+            t.unpark();
+        }
+    }
+}
+
 pub(crate) fn start(shared: &Arc<Shared>, threshold: Duration) -> Monitor {
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
@@ -44,6 +76,7 @@ pub(crate) fn start(shared: &Arc<Shared>, threshold: Duration) -> Monitor {
         .name("spindle-monitor".into())
         .spawn(move || watch(weak, stop2, threshold, tick))
         .expect("spawn the monitor thread");
+    let _ = shared.monitor.thread.set(thread.thread().clone());
     Monitor { stop, thread }
 }
 
@@ -63,6 +96,12 @@ fn watch(shared: Weak<Shared>, stop: Arc<AtomicBool>, threshold: Duration, tick:
         let Some(shared) = shared.upgrade() else {
             return;
         };
+        if shared.idle.sleeping() == shared.workers() && sleep_while_workers_sleep(&shared, &stop) {
+            // Slept through a quiet period: start the watch afresh.
+            seen.clear();
+            last_epoch = Instant::now();
+            continue;
+        }
         let now = Instant::now();
         if now.duration_since(last_epoch) >= SLICE {
             last_epoch = now;
@@ -107,6 +146,25 @@ fn watch(shared: Weak<Shared>, stop: Arc<AtomicBool>, threshold: Duration, tick:
             }
         }
     }
+}
+
+/// Every worker looked asleep: sleep until one wakes (see the module's hand-shake). Returns
+/// whether it slept.
+fn sleep_while_workers_sleep(shared: &Shared, stop: &AtomicBool) -> bool {
+    let handle = &shared.monitor;
+    handle.asleep.store(true, Ordering::Relaxed);
+    fence(Ordering::SeqCst);
+    if shared.idle.sleeping() != shared.workers() {
+        handle.asleep.store(false, Ordering::Relaxed);
+        return false;
+    }
+    // `park` may return spuriously; a worker's `worker_awake` clears `asleep` before it
+    // unparks, and `Monitor::stop` sets `stop` before it unparks.
+    while handle.asleep.load(Ordering::Acquire) && !stop.load(Ordering::Acquire) {
+        std::thread::park();
+    }
+    handle.asleep.store(false, Ordering::Relaxed);
+    true
 }
 
 fn report(shared: &Shared, worker: usize, task: u64, for_how_long: Duration) {

@@ -404,6 +404,7 @@ impl RuntimeBuilder {
             stuck_threshold: self.stuck_threshold,
             shared_stack_size: self.shared_stack_size,
             next_deal: AtomicUsize::new(0),
+            monitor: crate::monitor::MonitorHandle::default(),
         });
         let mut handles = Vec::with_capacity(workers);
         // Each worker reports whether it could make its IO driver before `build` returns.
@@ -613,6 +614,9 @@ pub(crate) struct Shared {
     pub(crate) shared_stack_size: usize,
     /// Deals shared-stack coroutines spawned from outside the workers.
     pub(crate) next_deal: AtomicUsize,
+    /// The monitor thread, once started, and whether it sleeps until a worker wakes (it does
+    /// while every worker sleeps: see `monitor`).
+    pub(crate) monitor: crate::monitor::MonitorHandle,
 }
 
 impl Shared {

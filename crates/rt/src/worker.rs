@@ -259,6 +259,7 @@ impl WorkerCtx {
             shared.idle.prepare_sleep(self.index);
             if shared.policy.has_work(self.index) || shared.stop.load(Ordering::Acquire) {
                 shared.idle.cancel_sleep(self.index);
+                shared.monitor.worker_awake();
                 continue;
             }
             let deadline = self.timers.borrow().next_deadline();
@@ -276,6 +277,7 @@ impl WorkerCtx {
                 }
             }
             shared.idle.woke(self.index);
+            shared.monitor.worker_awake();
         }
     }
 

@@ -1,20 +1,40 @@
-//! An idle runtime uses no CPU (Boost.Fiber #203). Its own test binary: it measures the CPU
-//! time of the whole process, so nothing else may run meanwhile.
+//! An idle runtime uses no CPU (Boost.Fiber #203): none of its threads wakes up. Its own test
+//! binary: it watches every thread of the process, so nothing else may run meanwhile.
 
 use std::time::Duration;
 
 use spindle_rt::Runtime;
 
 #[test]
-fn an_idle_runtime_uses_no_cpu() {
+fn an_idle_runtime_wakes_no_thread_and_uses_no_cpu() {
     let rt = Runtime::builder().workers(2).build().unwrap();
-    rt.block_on(|| ()); // warm up
-    std::thread::sleep(Duration::from_millis(100));
-    let before = process_cpu_ticks();
+    // Work first, so that the workers, the monitor and the IO drivers have all been busy.
+    rt.block_on(|| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| spindle_rt::spawn(|| spindle_rt::sleep(Duration::from_millis(5))))
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+    // Let the workers spin out and fall asleep, and the monitor notice.
+    std::thread::sleep(Duration::from_millis(200));
+    let me = current_thread_id();
+    let switches_before = context_switches_except(&me);
+    let cpu_before = process_cpu_ticks();
     std::thread::sleep(Duration::from_secs(1));
-    let used = process_cpu_ticks() - before;
-    // Clock ticks are 10 ms: allow a couple for the monitor's wake-ups and the test itself.
-    assert!(used <= 3, "an idle runtime used {used} ticks of CPU in 1 s");
+    let switches = context_switches_except(&me) - switches_before;
+    let cpu = process_cpu_ticks() - cpu_before;
+    // A thread that sleeps without waking up is not switched in at all. The monitor used to
+    // tick every 2.5 ms (400 switches a second); allow a few for anything the kernel does.
+    assert!(
+        switches <= 4,
+        "an idle runtime's threads were switched in {switches} times in 1 s"
+    );
+    // Clock ticks are 10 ms: this thread's own wake-up may be charged one.
+    assert!(cpu <= 2, "an idle runtime used {cpu} ticks of CPU in 1 s");
+    // And it still works afterwards.
+    assert_eq!(rt.block_on(|| spindle_rt::spawn(|| 7).join().unwrap()), 7);
     drop(rt);
 }
 
@@ -24,4 +44,33 @@ fn process_cpu_ticks() -> u64 {
     let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
     let fields: Vec<&str> = after_comm.split(' ').collect();
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+fn current_thread_id() -> String {
+    // /proc/thread-self links to /proc/<pid>/task/<tid>.
+    let link = std::fs::read_link("/proc/thread-self").unwrap();
+    link.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+/// Voluntary plus involuntary context switches of every thread of this process but `except`.
+fn context_switches_except(except: &str) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir("/proc/self/task").unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name().to_string_lossy() == except {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+            continue; // the thread exited meanwhile
+        };
+        for line in status.lines() {
+            if let Some(v) = line
+                .strip_prefix("voluntary_ctxt_switches:")
+                .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+            {
+                total += v.trim().parse::<u64>().unwrap();
+            }
+        }
+    }
+    total
 }

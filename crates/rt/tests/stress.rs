@@ -162,12 +162,15 @@ fn is_child(name: &str) -> bool {
     std::env::var("SPINDLE_CHILD").as_deref() == Ok(name)
 }
 
-/// A coroutine that keeps its worker for 100 ms is reported once, by name.
+/// A coroutine that keeps its worker for 100 ms is reported once, by name — also when it
+/// starts after a quiet period, during which the monitor sleeps until a worker wakes it.
 #[test]
 fn a_stuck_coroutine_is_reported_once_by_name() {
     const NAME: &str = "a_stuck_coroutine_is_reported_once_by_name";
     if is_child(NAME) {
         let rt = Runtime::builder().workers(2).build().unwrap();
+        // Every worker falls asleep, and so does the monitor.
+        std::thread::sleep(Duration::from_millis(300));
         let h = spindle_rt::Builder::new()
             .name("cpu-hog")
             .spawn_on(&rt.handle(), || {
