@@ -24,6 +24,12 @@ pub enum JoinError {
     Panicked(Box<dyn Any + Send + 'static>),
     /// It was cancelled ([`JoinHandle::cancel`], or its runtime shut down) and unwound.
     Cancelled,
+    /// It never started: no stack could be had when it was to run (out of memory or address
+    /// space, `vm.max_map_count`; the error says which and what to do). Its closure was
+    /// dropped without running. A coroutine takes its stack when it first runs unless it was
+    /// spawned with [`Builder::reserve_stack`](crate::Builder::reserve_stack), which makes
+    /// running out an error of the spawn itself.
+    NoStack(std::io::Error),
 }
 
 impl JoinError {
@@ -46,6 +52,9 @@ impl JoinError {
         match self {
             JoinError::Panicked(payload) => payload,
             JoinError::Cancelled => panic!("JoinError::into_panic on a cancelled coroutine"),
+            JoinError::NoStack(_) => {
+                panic!("JoinError::into_panic on a coroutine that got no stack")
+            }
         }
     }
 }
@@ -62,6 +71,7 @@ impl fmt::Debug for JoinError {
                 f.debug_tuple("Panicked").field(&msg).finish()
             }
             JoinError::Cancelled => f.write_str("Cancelled"),
+            JoinError::NoStack(e) => f.debug_tuple("NoStack").field(e).finish(),
         }
     }
 }
@@ -71,17 +81,26 @@ impl fmt::Display for JoinError {
         match self {
             JoinError::Panicked(_) => f.write_str("the coroutine panicked"),
             JoinError::Cancelled => f.write_str("the coroutine was cancelled"),
+            JoinError::NoStack(e) => write!(f, "the coroutine could not start: {e}"),
         }
     }
 }
 
-impl std::error::Error for JoinError {}
+impl std::error::Error for JoinError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            JoinError::NoStack(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 impl From<Failure> for JoinError {
     fn from(f: Failure) -> Self {
         match f {
             Failure::Panicked(p) => JoinError::Panicked(p),
             Failure::Cancelled => JoinError::Cancelled,
+            Failure::NoStack(e) => JoinError::NoStack(e),
         }
     }
 }
@@ -94,7 +113,7 @@ impl<T: Send + 'static> JoinHandle<T> {
     /// # Errors
     ///
     /// [`JoinError::Panicked`] with the payload if it panicked, [`JoinError::Cancelled`] if it
-    /// was cancelled.
+    /// was cancelled, [`JoinError::NoStack`] if it could not start for want of a stack.
     ///
     /// # Panics
     ///

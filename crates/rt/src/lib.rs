@@ -156,6 +156,7 @@ mod join;
 mod local;
 mod metrics;
 mod monitor;
+mod registry;
 mod runtime;
 mod scope;
 mod spawn;

@@ -1,9 +1,8 @@
 //! The runtime: configuration, the shared state of its workers, start and shutdown.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::thread::{self, JoinHandle as ThreadJoin, Thread};
 use std::time::Duration;
 
@@ -19,7 +18,8 @@ use spindle_stack::{PoolConfig, PoolKind, StackPool};
 use crate::blocking::BlockingPool;
 use crate::io::{IoBackend, Resolved};
 use crate::metrics::{Metrics, WorkerCounters};
-use crate::task::{TaskRef, lock};
+use crate::registry::TaskRegistry;
+use crate::task::TaskRef;
 use crate::worker;
 
 /// Which scheduling policy the workers share. See the crate docs for when to use which.
@@ -396,7 +396,7 @@ impl RuntimeBuilder {
                 Resolved::Factory(name, _) => name,
             },
             counters: (0..workers).map(|_| WorkerCounters::default()).collect(),
-            tasks: TaskRegistry::new(),
+            tasks: TaskRegistry::new(workers),
             closing: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             stacks,
@@ -521,76 +521,6 @@ impl PolicyImpl {
     }
 }
 
-/// Every live task of a runtime, so that shutdown can cancel what is left. Sharded by id.
-pub(crate) struct TaskRegistry {
-    pub(crate) shards: Vec<Mutex<HashMap<u64, TaskRef>>>,
-    live: AtomicUsize,
-    /// Signalled when `live` drops to zero.
-    empty: (Mutex<()>, Condvar),
-}
-
-const SHARDS: usize = 16;
-
-impl TaskRegistry {
-    fn new() -> Self {
-        TaskRegistry {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            live: AtomicUsize::new(0),
-            empty: (Mutex::new(()), Condvar::new()),
-        }
-    }
-
-    pub(crate) fn insert(&self, task: TaskRef) {
-        let id = task.header().id;
-        self.live.fetch_add(1, Ordering::AcqRel);
-        lock(&self.shards[id as usize % SHARDS]).insert(id, task);
-    }
-
-    pub(crate) fn remove(&self, id: u64) {
-        let removed = lock(&self.shards[id as usize % SHARDS]).remove(&id);
-        if removed.is_some() && self.live.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let _guard = lock(&self.empty.0);
-            self.empty.1.notify_all();
-        }
-        drop(removed);
-    }
-
-    pub(crate) fn live(&self) -> usize {
-        self.live.load(Ordering::Acquire)
-    }
-
-    fn snapshot(&self) -> Vec<TaskRef> {
-        self.shards
-            .iter()
-            .flat_map(|s| lock(s).values().cloned().collect::<Vec<_>>())
-            .collect()
-    }
-
-    /// Waits until no task is live, or `timeout` passes (never, if None); returns whether
-    /// none is.
-    fn wait_empty(&self, timeout: Option<Duration>) -> bool {
-        let deadline = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
-        let mut guard = lock(&self.empty.0);
-        while self.live() != 0 {
-            guard = match deadline {
-                None => self.empty.1.wait(guard).unwrap_or_else(|e| e.into_inner()),
-                Some(deadline) => {
-                    let now = std::time::Instant::now();
-                    if now >= deadline {
-                        return false;
-                    }
-                    self.empty
-                        .1
-                        .wait_timeout(guard, deadline - now)
-                        .map(|(g, _)| g)
-                        .unwrap_or_else(|e| e.into_inner().0)
-                }
-            };
-        }
-        true
-    }
-}
-
 /// What the workers of a runtime share.
 pub(crate) struct Shared {
     pub(crate) id: u64,
@@ -667,12 +597,7 @@ impl Shared {
 
     /// The name of live task `id`, if it has one.
     pub(crate) fn task_name(&self, id: u64) -> Option<std::sync::Arc<str>> {
-        let shard = lock(&self.tasks.shards[id as usize % SHARDS]);
-        shard.get(&id).and_then(|t| t.header().name.clone())
-    }
-
-    pub(crate) fn task_finished(&self, id: u64) {
-        self.tasks.remove(id);
+        self.tasks.find(id).and_then(|t| t.header().name.clone())
     }
 
     fn close(&self) {

@@ -221,7 +221,8 @@ impl<'scope> Scope<'scope, '_> {
     ///
     /// # Panics
     ///
-    /// If no stack can be had or the runtime is shutting down.
+    /// If the runtime is shutting down. (Its stack is taken when it first runs: see
+    /// [`spawn`](crate::spawn()).)
     pub fn spawn<F, T>(&'scope self, f: F) -> ScopedJoinHandle<'scope, T>
     where
         F: FnOnce() -> T + Send + 'scope,

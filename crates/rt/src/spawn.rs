@@ -26,8 +26,13 @@ use crate::worker;
 ///
 /// # Panics
 ///
-/// If there is no current runtime, or no stack can be had for the coroutine (the message says
-/// why; use [`Builder::spawn`] to get that as an error) — as `std::thread::spawn` does.
+/// If there is no current runtime, or it is shutting down (use [`Builder::spawn`] to get that
+/// as an error).
+///
+/// The coroutine takes its stack when it first runs; if none can be had then (out of memory,
+/// `vm.max_map_count`), it does not run and its join returns
+/// [`JoinError::NoStack`](crate::JoinError::NoStack) saying why. To be refused at the spawn
+/// instead, use [`Builder::reserve_stack`].
 pub fn spawn<F, T>(f: F) -> JoinHandle<T>
 where
     F: FnOnce() -> T + Send + 'static,
@@ -66,6 +71,7 @@ pub struct Builder {
     name: Option<Arc<str>>,
     stack: Option<StackKind>,
     migratable: bool,
+    reserve_stack: bool,
 }
 
 impl fmt::Debug for Builder {
@@ -74,6 +80,7 @@ impl fmt::Debug for Builder {
             .field("name", &self.name)
             .field("stack", &self.stack)
             .field("migratable", &self.migratable)
+            .field("reserve_stack", &self.reserve_stack)
             .finish()
     }
 }
@@ -102,6 +109,33 @@ impl Builder {
         if kind != StackKind::Shared {
             self.stack = Some(kind);
         }
+        self
+    }
+
+    /// Takes the coroutine's stack now, at spawn, instead of when it first runs, so that
+    /// running out of stacks (memory, address space, `vm.max_map_count`) is an error of
+    /// [`spawn`](Builder::spawn) itself: admission control, for a server that would rather
+    /// refuse a connection than queue a coroutine that cannot start.
+    ///
+    /// By default a coroutine takes its stack when a worker first runs it: a burst of spawns
+    /// holds no stacks while it waits, and coroutines that run one after another reuse the
+    /// same cache-warm pooled stacks. One that then gets no stack does not run; its
+    /// [`join`](crate::JoinHandle::join) returns [`JoinError::NoStack`](crate::JoinError::NoStack).
+    /// (Shared-stack coroutines need no stack of their own; this option does not apply to
+    /// them.)
+    ///
+    /// ```
+    /// let rt = spindle_rt::Runtime::builder().workers(1).build()?;
+    /// rt.block_on(|| {
+    ///     match spindle_rt::Builder::new().reserve_stack().spawn(|| 1) {
+    ///         Ok(h) => assert_eq!(h.join().unwrap(), 1),
+    ///         Err(e) => eprintln!("refused: {e}"), // e.g. at the vm.max_map_count ceiling
+    ///     }
+    /// });
+    /// # Ok::<(), spindle_rt::BuildError>(())
+    /// ```
+    pub fn reserve_stack(mut self) -> Self {
+        self.reserve_stack = true;
         self
     }
 
@@ -149,9 +183,9 @@ impl Builder {
     ///
     /// # Errors
     ///
-    /// No current runtime ([`io::ErrorKind::Other`]), the runtime is shutting down, or no
-    /// stack can be had (out of memory, `vm.max_map_count`: the message says which and what to
-    /// do).
+    /// No current runtime ([`io::ErrorKind::Other`]), the runtime is shutting down, or — with
+    /// [`reserve_stack`](Builder::reserve_stack) — no stack can be had (out of memory,
+    /// `vm.max_map_count`: the message says which and what to do).
     pub fn spawn<F, T>(self, f: F) -> io::Result<JoinHandle<T>>
     where
         F: FnOnce() -> T + Send + 'static,
@@ -223,7 +257,7 @@ unsafe impl spindle_stack::Stack for TaskStack {
     }
 }
 
-fn stack_for(shared: &Shared, kind: Option<StackKind>) -> Result<TaskStack, StackError> {
+pub(crate) fn stack_for(shared: &Shared, kind: Option<StackKind>) -> Result<TaskStack, StackError> {
     match kind {
         None => shared.stacks.get().map(TaskStack::Pooled),
         Some(StackKind::Pooled { size }) => {
@@ -293,7 +327,11 @@ where
         }
         #[cfg(feature = "stack-shared")]
         Some(StackKind::Shared) => None,
-        kind => Some(stack_for(shared, kind).map_err(io::Error::from)?),
+        kind if builder.reserve_stack => {
+            Some(Ok(stack_for(shared, kind).map_err(io::Error::from)?))
+        }
+        // Taken at the first run (see `Body::OwnPending`).
+        kind => Some(Err(kind)),
     };
     // A shared-stack coroutine is made on, and stays on, one worker's region: pick it now.
     let home = match builder.stack {
@@ -312,6 +350,7 @@ where
         copying: builder.stack == Some(StackKind::Shared),
         pins: Cell::new(0),
         timer: Cell::new(None),
+        registry_key: AtomicU64::new(crate::registry::Key::NONE.to_bits()),
         shared: shared.clone(),
         locals: UnsafeCell::new(crate::local::Locals::default()),
     };
@@ -335,7 +374,7 @@ where
             }
             #[cfg(not(feature = "stack-shared"))]
             None => unreachable!("refused above: shared stacks are not compiled in"),
-            Some(stack) => {
+            Some(Ok(stack)) => {
                 let co = b.build_with_stack(stack, coroutine_body(header, f));
                 // SAFETY: the coroutine has not started; its closure and result are Send
                 // (`F: Send`, `T: Send`), so it may start on any worker; from its first run on
@@ -343,11 +382,29 @@ where
                 // the unsafe builder option, whose contract covers exactly this.
                 Body::Own(unsafe { SendCoroutine::new(co) })
             }
+            Some(Err(kind)) => {
+                let header = crate::task::SendPtr(header);
+                Body::OwnPending(
+                    kind,
+                    Box::new(move |stack: TaskStack| {
+                        let header = header;
+                        let co = b.build_with_stack(stack, coroutine_body(header.0, f));
+                        // SAFETY: as for a stack taken at spawn: the coroutine has not
+                        // started, its closure and result are Send; it is made by the worker
+                        // that is about to run it first, which becomes its home.
+                        unsafe { SendCoroutine::new(co) }
+                    }),
+                )
+            }
         }
     });
     let task_ref = TaskRef(task.clone());
-    shared.tasks.insert(task_ref.clone());
-    shared.schedule(task_ref, Reason::Spawned);
+    let here = worker::current_index(shared);
+    let key = shared.tasks.insert(here, task_ref.clone());
+    task.header
+        .registry_key
+        .store(key.to_bits(), std::sync::atomic::Ordering::Relaxed);
+    shared.schedule_from(here, task_ref, Reason::Spawned);
     Ok(JoinHandle { task })
 }
 
@@ -356,8 +413,8 @@ impl Runtime {
     ///
     /// # Panics
     ///
-    /// If no stack can be had, or the runtime is shutting down (see [`Builder::spawn_on`] for
-    /// the fallible form).
+    /// If the runtime is shutting down (see [`Builder::spawn_on`] for the fallible form). The
+    /// stack is taken when the coroutine first runs (see [`spawn`](crate::spawn())).
     pub fn spawn<F, T>(&self, f: F) -> JoinHandle<T>
     where
         F: FnOnce() -> T + Send + 'static,
@@ -395,6 +452,9 @@ impl Runtime {
                 Err(crate::JoinError::Cancelled) => {
                     panic!("the root coroutine of block_on was cancelled (the runtime shut down)")
                 }
+                Err(crate::JoinError::NoStack(e)) => {
+                    panic!("cannot run the root coroutine of block_on: {e}")
+                }
             },
             Err(e) => panic!("cannot spawn the root coroutine: {e}"),
         }
@@ -406,8 +466,8 @@ impl Handle {
     ///
     /// # Panics
     ///
-    /// If no stack can be had, or the runtime is shutting down (see [`Builder::spawn_on`] for
-    /// the fallible form).
+    /// If the runtime is shutting down (see [`Builder::spawn_on`] for the fallible form). The
+    /// stack is taken when the coroutine first runs (see [`spawn`](crate::spawn())).
     pub fn spawn<F, T>(&self, f: F) -> JoinHandle<T>
     where
         F: FnOnce() -> T + Send + 'static,

@@ -45,6 +45,7 @@ use spindle_coro::{CoroutineResult, SendCoroutine, Yielder};
 use spindle_stack::{SharedSlot, SharedStack};
 
 use crate::runtime::Shared;
+use crate::runtime::StackKind;
 use crate::spawn::TaskStack;
 
 /// The flags of the state word (see the module docs).
@@ -70,10 +71,12 @@ pub(crate) enum Suspend {
 /// The yielder type of every task's coroutine.
 pub(crate) type TaskYielder = Yielder<(), Suspend>;
 
-/// What a panic or a cancellation leaves as a task's outcome.
+/// What a panic, a cancellation or a missing stack leaves as a task's outcome.
 pub(crate) enum Failure {
     Panicked(Box<dyn Any + Send>),
     Cancelled,
+    /// No stack could be had when the coroutine was to start.
+    NoStack(std::io::Error),
 }
 
 /// The payload of the unwind that cancels a coroutine. Private: user code sees only "not mine".
@@ -104,6 +107,10 @@ pub(crate) struct Header {
     /// The timer armed by the current park: (worker, key). Written by the worker after the
     /// coroutine parked, read by the coroutine when it resumes (never at the same time).
     pub(crate) timer: Cell<Option<(usize, spindle_timer::TimerKey)>>,
+    /// Where the task sits in the runtime's registry (`registry::Key` bits), written once at
+    /// spawn before the task is scheduled, read when it finishes (the queues' hand-off orders
+    /// the two).
+    pub(crate) registry_key: AtomicU64,
     /// The runtime.
     pub(crate) shared: Arc<Shared>,
     /// This task's coroutine-local values (touched only by the running coroutine).
@@ -286,9 +293,17 @@ pub(crate) type SharedCoroutine<T> = Coroutine<(), Suspend, Result<T, Failure>, 
 #[cfg(feature = "stack-shared")]
 pub(crate) type MakeShared<T> = Box<dyn FnOnce(&SharedStack) -> SharedCoroutine<T> + Send>;
 
+/// Makes a task's coroutine on the stack it is given, at its first run.
+pub(crate) type MakeOwn<T> = Box<dyn FnOnce(TaskStack) -> OwnCoroutine<T> + Send>;
+
 /// The coroutine of a task, and what becomes of it.
 pub(crate) enum Body<T> {
-    /// On a stack of its own (made at spawn, may start on any worker).
+    /// On a stack of its own, not made yet: the worker that first runs the task takes a stack
+    /// of this kind (`None`: the runtime's pool) and makes the coroutine on it. Taking the
+    /// stack late keeps a burst of spawns from holding a stack each before any of them runs:
+    /// they run one after another on the same few (cache-warm) pooled stacks.
+    OwnPending(Option<StackKind>, MakeOwn<T>),
+    /// On a stack of its own (made at spawn or at the first run; may start on any worker).
     Own(OwnCoroutine<T>),
     /// On a shared stack, not made yet: the home worker makes it on its region.
     #[cfg(feature = "stack-shared")]
@@ -341,6 +356,24 @@ impl<T: Send + 'static> RawTask for TaskCell<T> {
         // switch.
         let result = match body {
             Body::Own(co) => co.get_mut().resume(()),
+            Body::OwnPending(..) => {
+                let Body::OwnPending(kind, make) = std::mem::replace(body, Body::Gone) else {
+                    unreachable!()
+                };
+                match crate::spawn::stack_for(&self.header.shared, kind) {
+                    Ok(stack) => {
+                        *body = Body::Own(make(stack));
+                        let Body::Own(co) = body else { unreachable!() };
+                        co.get_mut().resume(())
+                    }
+                    Err(e) => {
+                        // The closure is dropped here, on the worker, without having run.
+                        drop(make);
+                        self.finish(Err(Failure::NoStack(e.into())));
+                        return None;
+                    }
+                }
+            }
             #[cfg(feature = "stack-shared")]
             Body::Shared(ThreadBound(co)) => co.resume(()),
             #[cfg(feature = "stack-shared")]
@@ -382,7 +415,11 @@ impl<T: Send + 'static> TaskCell<T> {
     fn finish(&self, outcome: Result<T, Failure>) {
         self.header.complete();
         // Leave the registry first, so that whoever the result wakes sees the task gone.
-        self.header.shared.task_finished(self.header.id);
+        let key = self.header.registry_key.load(Ordering::Relaxed);
+        self.header
+            .shared
+            .tasks
+            .remove(crate::registry::Key::from_bits(key));
         let waiter = {
             let mut slot = lock(&self.join.slot);
             slot.result = Some(outcome);

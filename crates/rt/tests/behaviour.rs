@@ -716,3 +716,43 @@ fn consume_budget_lets_others_run() {
         other.join().unwrap();
     });
 }
+
+/// A coroutine takes its stack when it first runs: a burst of spawns that have not run yet
+/// holds no stacks, and coroutines that run one after another reuse the same pooled ones.
+/// With `Builder::reserve_stack` each takes its stack at the spawn.
+#[test]
+fn stacks_are_taken_at_the_first_run_unless_reserved() {
+    const BURST: usize = 2000;
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let mapped_before = rt.metrics().stacks.mapped;
+    rt.block_on(|| {
+        let handles: Vec<_> = (0..BURST).map(|i| spindle_rt::spawn(move || i)).collect();
+        // None has run yet: the root has not suspended on this one worker.
+        for (i, h) in handles.into_iter().enumerate() {
+            assert_eq!(h.join().unwrap(), i);
+        }
+    });
+    let lazy = rt.metrics().stacks.mapped - mapped_before;
+    assert!(lazy < 16, "{lazy} stacks mapped for {BURST} coroutines run one after another");
+
+    let mapped_before = rt.metrics().stacks.mapped;
+    rt.block_on(|| {
+        let handles: Vec<_> = (0..BURST)
+            .map(|i| {
+                spindle_rt::Builder::new()
+                    .reserve_stack()
+                    .spawn(move || i)
+                    .unwrap()
+            })
+            .collect();
+        for (i, h) in handles.into_iter().enumerate() {
+            assert_eq!(h.join().unwrap(), i);
+        }
+    });
+    let reserved = rt.metrics().stacks.mapped - mapped_before;
+    // The pool had a few stacks cached from the first burst; the rest were mapped.
+    assert!(
+        reserved as usize >= BURST - 16,
+        "{reserved} stacks mapped for {BURST} reserved at once"
+    );
+}

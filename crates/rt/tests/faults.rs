@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use spindle_rt::{Builder, Runtime, StackKind};
+use spindle_rt::{Builder, JoinError, Runtime, StackKind};
 
 fn child_command(child: &str) -> Command {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
@@ -146,7 +146,8 @@ fn keepers(n: usize) -> Vec<spindle_rt::JoinHandle<usize>> {
 }
 
 /// Spawns coroutines on 16 MiB growable stacks (each reserves its maximum) until a spawn
-/// fails; the successful ones wait on `release`. Returns the error and the handles.
+/// fails (`reserve_stack`: the stack is taken at spawn); the successful ones wait on
+/// `release`. Returns the error and the handles.
 fn spawn_until_refused(
     release: &Arc<AtomicBool>,
     limit: usize,
@@ -159,6 +160,7 @@ fn spawn_until_refused(
                 initial: 16 * 1024,
                 max: 16 * 1024 * 1024,
             })
+            .reserve_stack()
             .spawn(move || {
                 while !release.load(Ordering::Relaxed) {
                     spindle_rt::sleep(Duration::from_millis(1));
@@ -180,7 +182,34 @@ fn spawn_one_growable() -> std::io::Result<()> {
         })
         .spawn(|| ())?
         .join()
-        .map_err(|_| std::io::Error::other("the coroutine panicked"))
+        .map_err(|e| std::io::Error::other(e.to_string()))
+}
+
+/// Without `reserve_stack` the spawn succeeds and the coroutine, which cannot get its stack
+/// when it is to run, fails: its join says why (the same message `reserve_stack` gives), and
+/// its closure never ran.
+fn lazy_spawn_fails_at_join(expect_in_message: &str) {
+    let ran = Arc::new(AtomicBool::new(false));
+    let r = ran.clone();
+    let h = Builder::new()
+        .stack(StackKind::Growable {
+            initial: 16 * 1024,
+            max: 16 * 1024 * 1024,
+        })
+        .spawn(move || r.store(true, Ordering::Relaxed))
+        .expect("the spawn itself succeeds: the stack is taken at the first run");
+    match h.join() {
+        Err(JoinError::NoStack(e)) => {
+            let msg = e.to_string();
+            assert!(msg.contains(expect_in_message), "{msg}");
+        }
+        Err(e) => panic!("expected JoinError::NoStack, got {e:?}"),
+        Ok(()) => panic!("a stack was had after all"),
+    }
+    assert!(
+        !ran.load(Ordering::Relaxed),
+        "the closure ran without a stack"
+    );
 }
 
 /// `RLIMIT_AS` reached: `Builder::spawn` returns an error that names the limit and what to
@@ -214,6 +243,7 @@ fn child_spawn_enomem() {
         println!("refused after {} hogs: {msg}", hogs.len());
         assert!(msg.contains("RLIMIT_AS"), "{msg}");
         assert!(msg.contains("ulimit -v"), "{msg}");
+        lazy_spawn_fails_at_join("RLIMIT_AS");
         for (i, k) in keepers.into_iter().enumerate() {
             assert_eq!(k.join().unwrap(), i, "a running coroutine did not finish");
         }
@@ -269,6 +299,7 @@ fn child_spawn_map_count() {
         let msg = err.to_string();
         assert!(msg.contains("vm.max_map_count"), "{msg}");
         assert!(msg.contains("sysctl -w vm.max_map_count"), "{msg}");
+        lazy_spawn_fails_at_join("vm.max_map_count");
         for (i, k) in keepers.into_iter().enumerate() {
             assert_eq!(k.join().unwrap(), i, "a running coroutine did not finish");
         }
