@@ -158,7 +158,7 @@ pub use idle::Idle;
 #[cfg(feature = "round-robin")]
 pub use round_robin::RoundRobin;
 #[cfg(feature = "work-stealing")]
-pub use work_stealing::WorkStealing;
+pub use work_stealing::{RUN_NEXT_GRACE, WorkStealing};
 
 /// What a policy schedules; implemented by the runtime's task handle (an `Arc`-like pointer).
 ///

@@ -21,6 +21,9 @@ const GLOBAL_CHECK_INTERVAL: u32 = 61;
 /// The most tasks a worker takes from the injector at once.
 const MAX_GLOBAL_BATCH: usize = 32;
 
+/// How long a thief waits before it takes another worker's run-next (see [`WorkStealing`]).
+pub const RUN_NEXT_GRACE: std::time::Duration = std::time::Duration::from_micros(3);
+
 /// Work stealing, in the shape of Go's scheduler.
 ///
 /// Per worker `w`:
@@ -31,10 +34,13 @@ const MAX_GLOBAL_BATCH: usize = 32;
 ///   and an **inbox** (a mutex-guarded queue) for tasks pinned to `w` pushed by any other thread;
 ///   `w` moves its inbox to the back of its pinned queue whenever it pops or pushes a pinned
 ///   task, so pinned tasks run in push order;
-/// * a one-slot **run-next**: a task woken on `w` (`Reason::Woken`, `here == Some(w)`) that may
-///   run on `w` goes there, and the previous occupant is kicked to the back of the queues.
-///   Popping it returns `inherit_slice: true`: the runtime keeps the current time slice
-///   running, so two tasks waking each other cannot monopolise the worker.
+/// * a one-slot **run-next**: a task woken or spawned on `w` (`Reason::Woken` or
+///   `Reason::Spawned`, `here == Some(w)`) that may run on `w` goes there, and the previous
+///   occupant is kicked to the back of the queues. Popping it returns `inherit_slice: true`:
+///   the runtime keeps the current time slice running, so two tasks waking each other cannot
+///   monopolise the worker. Spawns go there too (Go's `newproc`): a task that spawns a partner
+///   and then waits for it — a request handed to a handler, one end of a channel — runs the
+///   partner next on the same worker, warm in cache, instead of handing it to a thief.
 ///
 /// and one global **injector** (`crossbeam_deque::Injector`) for unpinned tasks pushed from
 /// outside the workers (`here == None`).
@@ -49,7 +55,11 @@ const MAX_GLOBAL_BATCH: usize = 32;
 /// 5. the other workers' deques, starting at a random victim (xorshift per worker) and trying
 ///    each once, stealing half of the victim's deque (`steal_batch_and_pop`);
 /// 6. the other workers' run-next slots, if they hold an unpinned task (Go steals run-next
-///    too, so a task woken by a long-running one is not stuck behind it).
+///    too, so a task woken by a long-running one is not stuck behind it) — but only after
+///    waiting [`RUN_NEXT_GRACE`] (Go waits 3 µs): the owner usually runs its run-next within a
+///    microsecond or two (it put it there because it is about to block), and a pair of tasks
+///    that talk to each other should stay on one worker rather than be split by an idle
+///    thief (with invariant 2 a split pair stays split).
 ///
 /// Pinned tasks are never stolen: they are never in a deque, and a pinned task in run-next is
 /// marked so.
@@ -70,10 +80,11 @@ const MAX_GLOBAL_BATCH: usize = 32;
 /// }
 ///
 /// let ws = WorkStealing::new(2)?;
-/// // Worker 0 spawns two tasks into its deque, then wakes a task pinned to it.
+/// // Worker 0 spawns two tasks: each goes to its run-next, kicking the one before to its deque.
 /// assert_eq!(ws.push(Some(0), Job { id: 1, home: None }, Reason::Spawned), Notify::Any);
 /// assert_eq!(ws.push(Some(0), Job { id: 2, home: None }, Reason::Spawned), Notify::Any);
-/// assert_eq!(ws.push(Some(0), Job { id: 3, home: Some(0) }, Reason::Woken), Notify::None);
+/// // Then it wakes a task pinned to it, which takes the run-next (task 2 goes to the deque).
+/// assert_eq!(ws.push(Some(0), Job { id: 3, home: Some(0) }, Reason::Woken), Notify::Any);
 ///
 /// // The woken task runs next, inheriting the time slice.
 /// let next = ws.pop(0).unwrap();
@@ -326,7 +337,7 @@ impl<T: Task> WorkStealing<T> {
                 self.workers[h].inbox.push(task);
                 Notify::Worker(h)
             }
-            _ if reason == Reason::Woken => {
+            _ if reason != Reason::Yielded => {
                 let kind = if home.is_some() { PINNED } else { STEALABLE };
                 let mut notify = if kind == STEALABLE {
                     Notify::Any
@@ -447,6 +458,10 @@ impl<T: Task> WorkStealing<T> {
             }
             std::hint::spin_loop();
         }
+        if !victims().any(|v| self.workers[v].run_next.is_stealable()) {
+            return None;
+        }
+        grace_period();
         for v in victims() {
             let victim = &self.workers[v];
             if let Some(task) = victim.run_next.steal() {
@@ -456,6 +471,18 @@ impl<T: Task> WorkStealing<T> {
             }
         }
         None
+    }
+}
+
+/// Waits [`RUN_NEXT_GRACE`] before a run-next steal (not under loom, which has no clock: there
+/// the steal is immediate, which only widens the interleavings the models explore).
+fn grace_period() {
+    #[cfg(not(loom))]
+    {
+        let start = std::time::Instant::now();
+        while start.elapsed() < RUN_NEXT_GRACE {
+            std::hint::spin_loop();
+        }
     }
 }
 

@@ -285,10 +285,10 @@ impl WsModel {
         let home = reduce(home, n);
         let notify = self.ws.push(here, Job { id, home }, reason);
         let expected = match (home, here) {
-            (Some(h), Some(w)) if h == w && reason == Reason::Woken => {
+            (Some(h), Some(w)) if h == w && reason != Reason::Yielded => {
                 self.put_in_run_next(w, id, home)
             }
-            (None, Some(w)) if reason == Reason::Woken => self.put_in_run_next(w, id, home),
+            (None, Some(w)) if reason != Reason::Yielded => self.put_in_run_next(w, id, home),
             (Some(h), Some(w)) if h == w => {
                 self.enqueue(id, home, Origin::Pinned(h));
                 Notify::None
@@ -310,7 +310,7 @@ impl WsModel {
         Ok(())
     }
 
-    /// A woken task into `w`'s run-next; the occupant is kicked to the back of the queues.
+    /// A woken or spawned task into `w`'s run-next; the occupant goes to the back of the queues.
     fn put_in_run_next(&mut self, w: usize, id: usize, home: Option<usize>) -> Notify {
         let mut notify = if home.is_none() {
             Notify::Any
