@@ -19,6 +19,8 @@ pub(crate) struct WorkerCounters {
     /// Bumped by the monitor every slice: a task whose slice began in an older epoch has used
     /// its slice.
     pub(crate) epoch: AtomicU32,
+    /// The worker thread's kernel thread id (0: unknown), for the monitor.
+    pub(crate) tid: AtomicU64,
 }
 
 impl WorkerCounters {

@@ -4,8 +4,9 @@
 //! Every tick (a quarter of the threshold, at least 1 ms) it reads each worker's resume counter.
 //! A worker that is running a coroutine and whose counter has not moved for the threshold is
 //! stuck in that one coroutine — a CPU loop, or a blocking call that should have gone to
-//! [`blocking`](crate::blocking): it is reported once per run, on stderr, naming the
-//! coroutine. A sleeping worker is then woken so that it can steal the stuck worker's stealable
+//! [`blocking`](crate::blocking) — unless its thread spent that time waiting for a CPU (a
+//! loaded machine; on Linux the thread's state and CPU time tell, see `confirm_stuck`): it is
+//! reported once per run, on stderr, naming the coroutine. A sleeping worker is then woken so that it can steal the stuck worker's stealable
 //! coroutines (with work-stealing, every coroutine that has not started yet, and migratable
 //! ones); coroutines pinned to the stuck worker wait for it.
 //!
@@ -86,6 +87,91 @@ struct Seen {
     resumes: u64,
     since: Instant,
     reported: bool,
+    /// The worker's thread's CPU time when it first looked stuck (see `confirm_stuck`).
+    suspect: Option<Duration>,
+}
+
+impl Seen {
+    fn fresh(resumes: u64, now: Instant) -> Seen {
+        Seen {
+            resumes,
+            since: now,
+            reported: false,
+            suspect: None,
+        }
+    }
+}
+
+/// Whether a worker whose coroutine has not switched for the threshold is really stuck in it,
+/// rather than its thread waiting for a CPU (a loaded machine: the thread was runnable but
+/// not running, and its coroutine would have switched long ago had it run). Reports only what
+/// the coroutine did itself: a CPU loop, or a blocking call.
+///
+/// On Linux, from the thread's state and CPU time (`/proc/self/task/<tid>/stat` and
+/// `schedstat`): asleep in the kernel (`S`, `D`) is a blocking call — confirmed; otherwise the
+/// first call marks the worker suspect and it is confirmed once the thread has run on a CPU for
+/// half the threshold since (so a CPU loop is reported at 1.5× the threshold at the earliest).
+/// (The kernel's run-queue wait would be the direct measure, but it is only added up when the
+/// thread gets a CPU back, so it says nothing while the thread still waits.) Where the
+/// thread cannot be read, confirmed at once.
+fn confirm_stuck(seen: &mut Seen, tid: u64, threshold: Duration) -> bool {
+    let Some(thread) = thread_status(tid) else {
+        return true;
+    };
+    if thread.asleep {
+        return true;
+    }
+    let Some(cpu0) = seen.suspect else {
+        seen.suspect = Some(thread.cpu);
+        return false;
+    };
+    thread.cpu.saturating_sub(cpu0) >= threshold / 2
+}
+
+/// What the monitor reads of a worker thread.
+struct ThreadStatus {
+    /// Asleep in the kernel (a blocking call), not running or waiting for a CPU.
+    asleep: bool,
+    /// CPU time so far.
+    cpu: Duration,
+}
+
+/// Thread `tid` of this process, from `/proc`.
+#[cfg(target_os = "linux")]
+fn thread_status(tid: u64) -> Option<ThreadStatus> {
+    if tid == 0 {
+        return None;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    // "<tid> (<comm>) <state> ...": the comm may hold spaces and parentheses.
+    let state = stat[stat.rfind(')')? + 1..].split_whitespace().next()?;
+    let schedstat = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    let cpu_ns: u64 = schedstat.split_whitespace().next()?.parse().ok()?;
+    Some(ThreadStatus {
+        asleep: matches!(state, "S" | "D"),
+        cpu: Duration::from_nanos(cpu_ns),
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn thread_status(_tid: u64) -> Option<ThreadStatus> {
+    None
+}
+
+/// This thread's id as the kernel knows it (0 where unknown), for `thread_status`.
+pub(crate) fn current_tid() -> u64 {
+    #[cfg(target_os = "linux")]
+    {
+        // "/proc/thread-self" links to "<pid>/task/<tid>".
+        std::fs::read_link("/proc/thread-self")
+            .ok()
+            .and_then(|l| l.file_name()?.to_str()?.parse().ok())
+            .unwrap_or(0)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        0
+    }
 }
 
 fn watch(shared: Weak<Shared>, stop: Arc<AtomicBool>, threshold: Duration, tick: Duration) {
@@ -110,28 +196,20 @@ fn watch(shared: Weak<Shared>, stop: Arc<AtomicBool>, threshold: Duration, tick:
             }
         }
         if seen.len() != shared.counters.len() {
-            seen = vec![
-                Seen {
-                    resumes: u64::MAX,
-                    since: now,
-                    reported: false
-                };
-                shared.counters.len()
-            ];
+            seen = vec![Seen::fresh(u64::MAX, now); shared.counters.len()];
         }
         for (w, c) in shared.counters.iter().enumerate() {
             let resumes = c.resumes.load(Ordering::Relaxed);
             let running = c.running.load(Ordering::Relaxed);
             let s = &mut seen[w];
             if resumes != s.resumes || !running {
-                *s = Seen {
-                    resumes,
-                    since: now,
-                    reported: false,
-                };
+                *s = Seen::fresh(resumes, now);
                 continue;
             }
-            if !s.reported && now.duration_since(s.since) >= threshold {
+            if !s.reported
+                && now.duration_since(s.since) >= threshold
+                && confirm_stuck(s, c.tid.load(Ordering::Relaxed), threshold)
+            {
                 s.reported = true;
                 report(
                     &shared,

@@ -153,6 +153,9 @@ pub(crate) fn run(
         None => WorkerUnpark::Thread(std::thread::current()),
     };
     let _ = shared.unparkers[index].set(unpark);
+    shared.counters[index]
+        .tid
+        .store(crate::monitor::current_tid(), Ordering::Relaxed);
     let _ = started.send(Ok(()));
     drop(started);
     let ctx = WorkerCtx {

@@ -199,3 +199,88 @@ fn a_stuck_coroutine_is_reported_once_by_name() {
     assert_eq!(reports.len(), 1, "{stderr}");
     assert!(reports[0].contains("'cpu-hog'"), "{stderr}");
 }
+
+/// A worker whose thread waits for a CPU (a loaded machine) is not reported as stuck: its
+/// coroutines switch every 0.2 ms of running, but the thread shares one CPU with six busy
+/// threads and is off it for tens of milliseconds at a time. A coroutine blocked in a
+/// syscall (asleep in the kernel, not waiting for a CPU) still is reported.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_worker_waiting_for_a_cpu_is_not_reported_but_a_blocking_call_is() {
+    const NAME: &str = "a_worker_waiting_for_a_cpu_is_not_reported_but_a_blocking_call_is";
+    if is_child(NAME) {
+        // Every thread made from here on runs on one CPU.
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it; the call
+        // reads it and applies to this thread (new threads inherit the mask).
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut set);
+            assert_eq!(
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+                0
+            );
+        }
+        let rt = Runtime::builder().workers(1).build().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let busy: Vec<_> = (0..6)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        let h = spindle_rt::Builder::new()
+            .name("polite")
+            .spawn_on(&rt.handle(), || {
+                let start = Instant::now();
+                while start.elapsed() < Duration::from_millis(400) {
+                    let burst = thread_cpu_time();
+                    while thread_cpu_time() - burst < Duration::from_micros(200) {
+                        std::hint::spin_loop();
+                    }
+                    spindle_rt::yield_now();
+                }
+            })
+            .unwrap();
+        h.join().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        busy.into_iter().for_each(|t| t.join().unwrap());
+        let h = spindle_rt::Builder::new()
+            .name("sleeper")
+            .spawn_on(&rt.handle(), || {
+                std::thread::sleep(Duration::from_millis(60))
+            })
+            .unwrap();
+        h.join().unwrap();
+        return;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+        .env("SPINDLE_CHILD", NAME)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let reports: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("without suspending"))
+        .collect();
+    assert_eq!(reports.len(), 1, "{stderr}");
+    assert!(reports[0].contains("'sleeper'"), "{stderr}");
+}
+
+/// CPU time of the calling thread.
+#[cfg(target_os = "linux")]
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a pointer to a timespec we own.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0);
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
