@@ -733,7 +733,10 @@ fn stacks_are_taken_at_the_first_run_unless_reserved() {
         }
     });
     let lazy = rt.metrics().stacks.mapped - mapped_before;
-    assert!(lazy < 16, "{lazy} stacks mapped for {BURST} coroutines run one after another");
+    assert!(
+        lazy < 16,
+        "{lazy} stacks mapped for {BURST} coroutines run one after another"
+    );
 
     let mapped_before = rt.metrics().stacks.mapped;
     rt.block_on(|| {
