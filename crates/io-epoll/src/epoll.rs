@@ -40,14 +40,14 @@
 //! # Registrations: a slab with generations, not pointers
 //!
 //! `epoll_data` carries a *token* — a slot index and that slot's generation — never a pointer.
-//! The table ([`Table`]) owns an `Arc<ScheduledIo>` per live registration. A slot's generation
-//! is bumped whenever its registration is removed, so an event the driver fetched for a
-//! registration that another thread deregistered meanwhile (it may already sit in the event
-//! buffer, or in the kernel's ready list) no longer matches its slot and is dropped: the driver
-//! looks tokens up under the table's lock and clones the `Arc` before it leaves the lock, so a
-//! `ScheduledIo` can never be freed while the driver touches it, and a reused slot never
-//! receives its predecessor's events. Generations are 32 bits: a stale event could only be
-//! misdelivered after exactly 2³² reuses of one slot while it was in flight.
+//! The table ([`Table`], spindle-io's [`Registrations`]) owns an `Arc<ScheduledIo>` per live
+//! registration and bumps a slot's generation whenever its registration is removed, so an event
+//! the driver fetched for a registration that another thread deregistered meanwhile (it may
+//! already sit in the event buffer, or in the kernel's ready list) no longer matches its slot
+//! and is dropped: the driver looks tokens up under the table's lock and clones the `Arc` before
+//! it leaves the lock, so a `ScheduledIo` can never be freed while the driver touches it, and a
+//! reused slot never receives its predecessor's events. Generations are 32 bits: a stale event
+//! could only be misdelivered after exactly 2³² reuses of one slot while it was in flight.
 //!
 //! # Deregistering before close: the dup'd-fd pitfall
 //!
@@ -61,8 +61,6 @@
 //! dropped, and a new registration under the same fd number gets a fresh token.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
 use std::fmt;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -70,6 +68,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
+use spindle_io::registrations::Registrations;
 use spindle_io::{Driver, RawSource, Reactor, Readiness, ScheduledIo, Unpark};
 
 /// Events fetched per `epoll_wait` by [`EpollDriver::new`].
@@ -234,7 +233,7 @@ impl EpollDriver {
                 fds: RwLock::new(Some(Fds { epoll, event })),
                 state: AtomicU8::new(EMPTY),
                 alive: AtomicBool::new(true),
-                table: Mutex::new(Table::default()),
+                table: Mutex::new(new_table()),
             }),
             events: RefCell::new(events),
             ready: RefCell::new(ready),
@@ -288,7 +287,7 @@ impl EpollDriver {
                 let (token, flags) = (event.u64, event.events);
                 if token == WAKE_TOKEN {
                     woken = true;
-                } else if let Some(io) = table.get(token) {
+                } else if let Some((_, io)) = table.get(token) {
                     ready.push((io.clone(), readiness(flags)));
                 }
             }
@@ -391,7 +390,7 @@ impl Drop for EpollDriver {
         let fds = self.shared.fds_write().take();
         let registered = self.shared.table().drain();
         drop(fds); // closes the epoll fd and the eventfd
-        for io in registered {
+        for (_, io) in registered {
             io.shutdown();
         }
     }
@@ -402,7 +401,7 @@ impl fmt::Debug for EpollDriver {
         f.debug_struct("EpollDriver")
             .field("epoll", &self.epoll)
             .field("eventfd", &self.eventfd)
-            .field("registered", &self.shared.table().by_fd.len())
+            .field("registered", &self.shared.table().len())
             .field(
                 "event_capacity",
                 &self.events.try_borrow().map(|e| e.len()).ok(),
@@ -534,159 +533,12 @@ impl Reactor for Shared {
     }
 }
 
-/// A registration's slot and generation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Key {
-    index: u32,
-    generation: u32,
-}
+/// The live registrations (module docs): tokens are a `u64`, 32 bits of slot index and 32 of
+/// generation; indices stay below `u32::MAX`, so that no token equals [`WAKE_TOKEN`].
+type Table = Registrations<RawFd, Arc<ScheduledIo>>;
 
-impl Key {
-    fn token(self) -> u64 {
-        (u64::from(self.generation) << 32) | u64::from(self.index)
-    }
-
-    fn from_token(token: u64) -> Key {
-        Key {
-            index: token as u32,
-            generation: (token >> 32) as u32,
-        }
-    }
-}
-
-struct Slot {
-    generation: u32,
-    io: Option<Arc<ScheduledIo>>,
-}
-
-/// The live registrations (module docs).
-#[derive(Default)]
-struct Table {
-    slots: Vec<Slot>,
-    /// Indices of the slots whose `io` is `None`.
-    free: Vec<u32>,
-    /// The live registration of each fd number, for `deregister` (which gets an fd, not a key).
-    by_fd: HashMap<RawFd, Key>,
-}
-
-impl Table {
-    /// Puts `io` in a slot and binds `fd` to it; returns its key and the key `fd` was bound to
-    /// before (to [`remove`](Table::remove) once the kernel accepted the new registration, or
-    /// to restore with [`abort`](Table::abort) if it refused).
-    fn insert(&mut self, fd: RawFd, io: Arc<ScheduledIo>) -> io::Result<(Key, Option<Key>)> {
-        let exhausted = || {
-            io::Error::new(
-                io::ErrorKind::OutOfMemory,
-                "out of memory for the epoll driver's registration table: close some sources",
-            )
-        };
-        self.by_fd.try_reserve(1).map_err(|_| exhausted())?;
-        let key = match self.free.pop() {
-            Some(index) => {
-                let slot = &mut self.slots[index as usize];
-                slot.io = Some(io);
-                Key {
-                    index,
-                    generation: slot.generation,
-                }
-            }
-            None => {
-                // Indices stay below u32::MAX, so that no token equals WAKE_TOKEN.
-                let index = u32::try_from(self.slots.len())
-                    .ok()
-                    .filter(|&i| i < u32::MAX)
-                    .ok_or_else(|| {
-                        io::Error::other(
-                            "the epoll driver has 2^32 - 1 sources registered: deregister some",
-                        )
-                    })?;
-                self.slots.try_reserve(1).map_err(|_| exhausted())?;
-                // Room in `free` for every slot, so that `remove` never allocates.
-                let wanted = self.slots.len() + 1 - self.free.len();
-                self.free.try_reserve(wanted).map_err(|_| exhausted())?;
-                self.slots.push(Slot {
-                    generation: 0,
-                    io: Some(io),
-                });
-                Key {
-                    index,
-                    generation: 0,
-                }
-            }
-        };
-        let previous = self.by_fd.insert(fd, key);
-        Ok((key, previous))
-    }
-
-    /// Undoes an [`insert`](Table::insert) whose kernel registration failed.
-    fn abort(&mut self, fd: RawFd, key: Key, previous: Option<Key>) {
-        drop(self.remove(key));
-        if let Entry::Occupied(mut bound) = self.by_fd.entry(fd)
-            && *bound.get() == key
-        {
-            match previous {
-                Some(previous) => {
-                    bound.insert(previous);
-                }
-                None => {
-                    bound.remove();
-                }
-            }
-        }
-    }
-
-    /// The source of a live registration's token.
-    fn get(&self, token: u64) -> Option<&Arc<ScheduledIo>> {
-        let key = Key::from_token(token);
-        let slot = self.slots.get(key.index as usize)?;
-        if slot.generation != key.generation {
-            return None;
-        }
-        slot.io.as_ref()
-    }
-
-    /// Frees `key`'s slot (bumping its generation, so its token dies) and returns its source.
-    fn remove(&mut self, key: Key) -> Option<Arc<ScheduledIo>> {
-        let slot = self.slots.get_mut(key.index as usize)?;
-        if slot.generation != key.generation {
-            return None;
-        }
-        let io = slot.io.take()?;
-        slot.generation = slot.generation.wrapping_add(1);
-        // Cannot allocate: `free` has room for every slot (reserved when the slot was made).
-        self.free.push(key.index);
-        Some(io)
-    }
-
-    /// Removes `fd`'s registration if it is `io`'s.
-    fn unbind(&mut self, fd: RawFd, io: &ScheduledIo) -> Option<Arc<ScheduledIo>> {
-        let key = *self.by_fd.get(&fd)?;
-        let slot = self.slots.get(key.index as usize)?;
-        if slot.generation != key.generation
-            || !slot
-                .io
-                .as_deref()
-                .is_some_and(|mine| std::ptr::eq(mine, io))
-        {
-            return None;
-        }
-        self.by_fd.remove(&fd);
-        self.remove(key)
-    }
-
-    /// Removes every registration.
-    fn drain(&mut self) -> Vec<Arc<ScheduledIo>> {
-        self.by_fd.clear();
-        self.free.clear();
-        let mut ios = Vec::new();
-        for slot in &mut self.slots {
-            if let Some(io) = slot.io.take() {
-                ios.push(io);
-            }
-        }
-        self.slots.clear();
-        ios
-    }
+fn new_table() -> Table {
+    Registrations::new("epoll", u64::BITS, u64::from(u32::MAX))
 }
 
 /// The readiness an epoll event reports.
@@ -749,8 +601,7 @@ fn creation_error(call: &str, err: io::Error) -> io::Error {
 impl EpollDriver {
     /// How many sources are registered.
     pub(crate) fn registered(&self) -> usize {
-        let table = self.shared.table();
-        table.slots.iter().filter(|s| s.io.is_some()).count()
+        self.shared.table().len()
     }
 
     /// A probe that tells, even after the driver is dropped, whether it still owns its fds.
@@ -789,37 +640,5 @@ mod unit {
         );
         assert_eq!(r(libc::EPOLLERR), Readiness::ERROR);
         assert_eq!(r(0), Readiness::EMPTY);
-    }
-
-    #[test]
-    fn tokens_round_trip_and_never_collide_with_the_wake_token() {
-        let key = Key {
-            index: 7,
-            generation: u32::MAX,
-        };
-        assert_eq!(Key::from_token(key.token()), key);
-        let last = Key {
-            index: u32::MAX - 1,
-            generation: u32::MAX,
-        };
-        assert_ne!(last.token(), WAKE_TOKEN);
-    }
-
-    #[test]
-    fn a_freed_slot_gets_a_new_generation() {
-        let mut table = Table::default();
-        let io = Arc::new(ScheduledIo::new());
-        let (first, _) = table.insert(5, io.clone()).unwrap();
-        assert!(table.unbind(5, &io).is_some());
-        assert!(table.get(first.token()).is_none());
-        let (second, previous) = table.insert(5, Arc::new(ScheduledIo::new())).unwrap();
-        assert_eq!(previous, None);
-        assert_eq!(second.index, first.index);
-        assert_ne!(second.generation, first.generation);
-        assert!(table.get(first.token()).is_none());
-        assert!(table.get(second.token()).is_some());
-        // Another source's `io` cannot deregister this one.
-        assert!(table.unbind(5, &io).is_none());
-        assert!(table.get(second.token()).is_some());
     }
 }

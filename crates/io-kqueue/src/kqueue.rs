@@ -1,7 +1,6 @@
 //! The driver. See the crate docs.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -10,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use spindle_io::registrations::{Key, Registrations};
 use spindle_io::{Driver, RawSource, Reactor, Readiness, ScheduledIo, Unpark};
 
 /// How many events one `kevent` call returns at most; more wait for the next `park`.
@@ -23,11 +23,6 @@ const WAKE_IDENT: usize = 0;
 /// spurious return, which the runtime's loop absorbs). Keeps the timespec far from any
 /// overflow in the kernel's conversion to its clock.
 const MAX_WAIT_SECS: u64 = 1 << 30;
-
-/// Half the bits of a `udata` token: the slot index in the low half, the generation in the high
-/// half.
-const HALF: u32 = usize::BITS / 2;
-const INDEX_MASK: usize = (1 << HALF) - 1;
 
 /// A readiness driver on one kqueue. Made on the worker thread that parks in it; not `Send`.
 ///
@@ -65,78 +60,13 @@ struct Shared {
 }
 
 /// The registered sources. A registration's kqueue `udata` is a token (slot index and
-/// generation), never a pointer: an event for a source deregistered meanwhile finds a newer
-/// generation (or an empty slot) and is dropped, and no kernel-held pointer can dangle.
+/// generation, each half of a `usize`), never a pointer: an event for a source deregistered
+/// meanwhile finds a newer generation (or an empty slot) and is dropped, and no kernel-held
+/// pointer can dangle.
 struct Table {
     /// False once the driver is gone; checked under this lock by `register`.
     alive: bool,
-    slots: Vec<Slot>,
-    free: Vec<usize>,
-    /// The slot of each registered descriptor, for `deregister` and for a descriptor number
-    /// registered again after it was closed without a `deregister`.
-    by_fd: HashMap<RawFd, usize>,
-}
-
-struct Slot {
-    generation: usize,
-    entry: Option<Entry>,
-}
-
-struct Entry {
-    fd: RawFd,
-    io: Arc<ScheduledIo>,
-}
-
-impl Table {
-    fn token(&self, index: usize) -> usize {
-        index | (self.slots[index].generation << HALF)
-    }
-
-    /// The registration an event's token names, if it is still the same one.
-    fn lookup(&self, token: usize) -> Option<&Entry> {
-        let slot = self.slots.get(token & INDEX_MASK)?;
-        if slot.generation != token >> HALF {
-            return None;
-        }
-        slot.entry.as_ref()
-    }
-
-    /// Puts a registration in a free slot and returns its token.
-    fn insert(&mut self, fd: RawFd, io: Arc<ScheduledIo>) -> io::Result<usize> {
-        let index = match self.free.pop() {
-            Some(index) => index,
-            None => {
-                let index = self.slots.len();
-                if index > INDEX_MASK {
-                    return Err(io::Error::new(
-                        io::ErrorKind::OutOfMemory,
-                        "the kqueue driver's source table is full: deregister sources that are \
-                         no longer used",
-                    ));
-                }
-                self.slots.push(Slot {
-                    generation: 0,
-                    entry: None,
-                });
-                index
-            }
-        };
-        self.slots[index].entry = Some(Entry { fd, io });
-        self.by_fd.insert(fd, index);
-        Ok(self.token(index))
-    }
-
-    /// Empties slot `index`; its next occupant gets a new generation.
-    fn remove(&mut self, index: usize) -> Option<Entry> {
-        let slot = self.slots.get_mut(index)?;
-        let entry = slot.entry.take()?;
-        slot.generation = (slot.generation + 1) & (usize::MAX >> HALF);
-        self.free.push(index);
-        if self.by_fd.get(&entry.fd) == Some(&index) {
-            self.by_fd.remove(&entry.fd);
-        }
-        Some(entry)
-    }
+    sources: Registrations<RawFd, Arc<ScheduledIo>>,
 }
 
 /// A zeroed `kevent` with the given fields (the struct's other fields differ between the BSDs).
@@ -243,23 +173,26 @@ impl Unpark for Shared {
 impl Reactor for Shared {
     fn register(&self, source: RawSource) -> io::Result<Arc<ScheduledIo>> {
         let io = Arc::new(ScheduledIo::new());
-        let (token, replaced) = {
+        let (inserted, replaced) = {
             let mut table = self.table();
             if !table.alive {
                 return Err(dead());
             }
+            let inserted = table.sources.insert(source, io.clone());
             // The same number registered again: the old descriptor was closed without a
             // deregister (closing removed its kqueue filters). Its registration is stale.
-            let replaced = match table.by_fd.get(&source).copied() {
-                Some(index) => table.remove(index),
-                None => None,
+            let replaced = match inserted {
+                Ok((_, Some(previous))) => table.sources.remove(previous),
+                _ => None,
             };
-            (table.insert(source, io.clone()), replaced)
+            (inserted, replaced)
         };
         if let Some(old) = replaced {
-            old.io.shutdown();
+            old.shutdown();
         }
-        let token = token?;
+        let (key, _) = inserted?;
+        // The table's tokens are `usize::BITS` wide.
+        let token = key.token() as usize;
         let ident = source as usize;
         let flags = libc::EV_ADD | libc::EV_CLEAR;
         let mut changes = [
@@ -269,7 +202,7 @@ impl Reactor for Shared {
         let errors = match self.apply(&mut changes) {
             Ok(errors) => errors,
             Err(e) => {
-                self.forget(token);
+                self.forget(source, key);
                 return Err(with_context(e, "kevent(EV_ADD) for a new source"));
             }
         };
@@ -293,7 +226,7 @@ impl Reactor for Shared {
                         kevent(ident, libc::EVFILT_WRITE, libc::EV_DELETE, 0, 0),
                     ];
                     let _ = self.apply(&mut undo);
-                    self.forget(token);
+                    self.forget(source, key);
                     return Err(with_context(
                         io::Error::from_raw_os_error(errno),
                         "kevent(EV_ADD) refused the source",
@@ -308,24 +241,13 @@ impl Reactor for Shared {
     }
 
     fn deregister(&self, source: RawSource, io: &ScheduledIo) -> io::Result<()> {
-        let entry = {
-            let mut table = self.table();
-            let Some(index) = table.by_fd.get(&source).copied() else {
-                // Not registered here (or the driver is gone and dropped its table).
-                return Ok(());
-            };
-            let mine = table.slots[index]
-                .entry
-                .as_ref()
-                .is_some_and(|e| ptr::eq(Arc::as_ptr(&e.io), io));
-            if !mine {
-                // The number was registered again since (this registration was replaced and
-                // shut down): the filters now belong to the newer one.
-                return Ok(());
-            }
-            table.remove(index)
+        // `None`: not registered here (or the driver is gone and dropped its table), or the
+        // number was registered again since (this registration was replaced and shut down) and
+        // the filters now belong to the newer one.
+        let Some(removed) = self.table().sources.unbind(source, io) else {
+            return Ok(());
         };
-        drop(entry);
+        drop(removed);
         let ident = source as usize;
         let mut changes = [
             kevent(ident, libc::EVFILT_READ, libc::EV_DELETE, 0, 0),
@@ -354,17 +276,10 @@ impl Reactor for Shared {
 }
 
 impl Shared {
-    /// Drops the registration `token` made, if it is still there (a failed `register`).
-    fn forget(&self, token: usize) {
-        let mut table = self.table();
-        let index = token & INDEX_MASK;
-        if table
-            .slots
-            .get(index)
-            .is_some_and(|s| s.generation == token >> HALF)
-        {
-            table.remove(index);
-        }
+    /// Drops the registration of `source` under `key`, if it is still there (a failed
+    /// `register`; the registration it replaced is already gone).
+    fn forget(&self, source: RawFd, key: Key) {
+        self.table().sources.abort(source, key, None);
     }
 }
 
@@ -446,9 +361,7 @@ impl KqueueDriver {
             kq,
             table: Mutex::new(Table {
                 alive: true,
-                slots: Vec::new(),
-                free: Vec::new(),
-                by_fd: HashMap::new(),
+                sources: Registrations::new("kqueue", usize::BITS, 1 << (usize::BITS / 2)),
             }),
             sleeping: AtomicBool::new(false),
             notified: AtomicBool::new(false),
@@ -541,8 +454,8 @@ impl KqueueDriver {
                 if ev.filter == libc::EVFILT_USER {
                     continue;
                 }
-                if let Some(entry) = table.lookup(ev.udata as usize) {
-                    ready.push((entry.io.clone(), readiness_of(ev)));
+                if let Some((_, io)) = table.sources.get(ev.udata as usize as u64) {
+                    ready.push((io.clone(), readiness_of(ev)));
                 }
             }
         }
@@ -581,15 +494,13 @@ impl Drop for KqueueDriver {
     /// to register with the current driver) and the reactor reports itself dead. The kqueue
     /// itself closes when the last [`Reactor`]/[`Unpark`] handle goes.
     fn drop(&mut self) {
-        let entries: Vec<Entry> = {
+        let registered = {
             let mut table = self.shared.table();
             table.alive = false;
-            table.by_fd.clear();
-            table.free.clear();
-            table.slots.drain(..).filter_map(|s| s.entry).collect()
+            table.sources.drain()
         };
-        for entry in entries {
-            entry.io.shutdown();
+        for (_, io) in registered {
+            io.shutdown();
         }
     }
 }
@@ -613,27 +524,6 @@ impl fmt::Debug for Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tokens_name_one_registration_only() {
-        let mut table = Table {
-            alive: true,
-            slots: Vec::new(),
-            free: Vec::new(),
-            by_fd: HashMap::new(),
-        };
-        let a = table.insert(3, Arc::new(ScheduledIo::new())).unwrap();
-        assert!(table.lookup(a).is_some());
-        table.remove(a & INDEX_MASK);
-        assert!(table.lookup(a).is_none());
-        let b = table.insert(4, Arc::new(ScheduledIo::new())).unwrap();
-        // The same slot, a new generation: the old token finds nothing.
-        assert_eq!(a & INDEX_MASK, b & INDEX_MASK);
-        assert_ne!(a, b);
-        assert!(table.lookup(a).is_none());
-        assert_eq!(table.lookup(b).map(|e| e.fd), Some(4));
-        assert!(!table.by_fd.contains_key(&3));
-    }
 
     #[test]
     fn eof_maps_to_the_closed_bit_of_its_direction() {

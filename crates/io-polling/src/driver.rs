@@ -18,10 +18,10 @@
 //! # Registrations
 //!
 //! Keys handed to the poller are a slot index and that slot's generation, never a pointer; the
-//! table owns an `Arc<ScheduledIo>` per live registration and the driver clones it under the
-//! table's lock, so a source deregistered by another thread is never freed under the driver,
-//! and an event fetched for a removed registration (its slot's generation has moved on) is
-//! dropped rather than delivered to the slot's next owner.
+//! table (spindle-io's [`Registrations`]) owns an `Arc<ScheduledIo>` per live registration and
+//! the driver clones it under the table's lock, so a source deregistered by another thread is
+//! never freed under the driver, and an event fetched for a removed registration (its slot's
+//! generation has moved on) is dropped rather than delivered to the slot's next owner.
 //!
 //! Every call that changes a registration in the poller (`add`, `modify`, `delete`) runs under
 //! the table's lock, together with the matching table change. So when the driver re-arms a
@@ -48,8 +48,6 @@
 //! a `rearm` that skips its syscall then is covered by the dispatch of that very event.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
 use std::fmt;
 use std::io;
 use std::num::NonZeroUsize;
@@ -58,6 +56,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
 use polling::{Event, Events, PollMode, Poller};
+use spindle_io::registrations::{Key, Registrations};
 use spindle_io::{Driver, Interest, RawSource, Reactor, Readiness, ScheduledIo, Unpark};
 
 /// Events fetched per wait by [`PollingDriver::new`].
@@ -75,11 +74,6 @@ const NOTIFIED: u8 = 2;
 /// Direction bits of a slot's `armed` interest.
 const READ: u8 = 1;
 const WRITE: u8 = 2;
-
-/// Bits of a key for the slot index; the rest hold the generation. Indices stay below
-/// `2^INDEX_BITS - 1`, so that no key equals `usize::MAX` (reserved by `polling`).
-const INDEX_BITS: u32 = usize::BITS / 2;
-const INDEX_MASK: usize = (1 << INDEX_BITS) - 1;
 
 /// How sources are registered with the poller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -225,7 +219,7 @@ impl PollingDriver {
                 trigger,
                 state: AtomicU8::new(EMPTY),
                 alive: AtomicBool::new(true),
-                table: Mutex::new(Table::default()),
+                table: Mutex::new(new_table()),
             }),
             events: RefCell::new(Events::with_capacity(nonzero(DEFAULT_EVENT_CAPACITY))),
             ready: RefCell::new(Vec::with_capacity(DEFAULT_EVENT_CAPACITY)),
@@ -243,7 +237,7 @@ impl PollingDriver {
         {
             let mut table = self.shared.table();
             for event in events.iter() {
-                let Some(slot) = table.get_mut(event.key) else {
+                let Some((source, slot)) = table.get_mut(event.key as u64) else {
                     continue; // removed since it was fetched
                 };
                 let readiness = readiness(&event);
@@ -255,7 +249,7 @@ impl PollingDriver {
                     if want != 0 {
                         // SAFETY: the slot is live, so its source was not deregistered, and the
                         // Reactor contract has callers deregister before they close: it is open.
-                        let source = unsafe { borrow(slot.source) };
+                        let source = unsafe { borrow(source) };
                         // On failure nothing is armed; the next `rearm` tries again and reports
                         // the error to its task.
                         if poller
@@ -368,8 +362,8 @@ impl Drop for PollingDriver {
             }
         }
         drop(poller);
-        for (_, io) in registered {
-            io.shutdown();
+        for (_, live) in registered {
+            live.io.shutdown();
         }
     }
 }
@@ -378,7 +372,7 @@ impl fmt::Debug for PollingDriver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PollingDriver")
             .field("trigger", &self.shared.trigger)
-            .field("registered", &self.shared.table().by_source.len())
+            .field("registered", &self.shared.table().len())
             .field(
                 "event_capacity",
                 &self.events.try_borrow().map(|e| e.capacity()).ok(),
@@ -420,7 +414,11 @@ impl Reactor for Shared {
         };
         let io = Arc::new(ScheduledIo::new());
         let mut table = self.table();
-        let (key, previous) = table.insert(source, io.clone())?;
+        let live = Live {
+            io: io.clone(),
+            armed: READ | WRITE, // a new registration is armed for both directions
+        };
+        let (key, previous) = table.insert(source, live)?;
         // SAFETY: `polling` requires the source to be deleted from the poller before it is
         // closed. The Reactor contract has every caller deregister (which deletes it) before it
         // closes the source, and the driver's `Drop` deletes every source still registered. A
@@ -430,7 +428,7 @@ impl Reactor for Shared {
         let added = unsafe {
             poller.add_with_mode(
                 source,
-                event_for(key.pack(), READ | WRITE),
+                event_for(poller_key(key), READ | WRITE),
                 self.trigger.mode(),
             )
         };
@@ -443,8 +441,8 @@ impl Reactor for Shared {
         let stale = previous.and_then(|p| table.remove(p));
         drop(table);
         drop(guard);
-        if let Some((_, stale)) = stale {
-            stale.shutdown();
+        if let Some(stale) = stale {
+            stale.io.shutdown();
         }
         Ok(io)
     }
@@ -493,177 +491,41 @@ impl Reactor for Shared {
         }
         // SAFETY: the caller owns the open source while it re-arms it (Reactor contract).
         let borrowed = unsafe { borrow(source) };
-        poller.modify_with_mode(borrowed, event_for(key.pack(), want), PollMode::Oneshot)?;
+        poller.modify_with_mode(
+            borrowed,
+            event_for(poller_key(key), want),
+            PollMode::Oneshot,
+        )?;
         slot.armed = want;
         Ok(())
     }
 }
 
-/// A registration's slot and generation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Key {
-    index: usize,
-    generation: usize,
-}
-
-impl Key {
-    fn pack(self) -> usize {
-        (self.generation << INDEX_BITS) | self.index
-    }
-
-    fn unpack(key: usize) -> Key {
-        Key {
-            index: key & INDEX_MASK,
-            generation: key >> INDEX_BITS,
-        }
-    }
-}
-
-/// A slot of the table; `live` is `Some` while it holds a registration.
-struct Slot {
-    generation: usize,
-    live: Option<Live>,
-}
-
+/// What the table keeps per registration (its source is kept by the table).
 struct Live {
-    source: RawSource,
     io: Arc<ScheduledIo>,
     /// One-shot mode: the directions armed and not yet reported (module docs).
     armed: u8,
 }
 
-/// The live registrations (module docs).
-#[derive(Default)]
-struct Table {
-    slots: Vec<Slot>,
-    /// Indices of the free slots.
-    free: Vec<usize>,
-    /// The live registration of each source, for `deregister` and `rearm`.
-    by_source: HashMap<RawSource, Key>,
+impl AsRef<ScheduledIo> for Live {
+    fn as_ref(&self) -> &ScheduledIo {
+        &self.io
+    }
 }
 
-impl Table {
-    /// Puts a registration of `source` in a slot and binds `source` to it; returns its key and
-    /// the key `source` was bound to before. A new registration is armed for both directions.
-    fn insert(
-        &mut self,
-        source: RawSource,
-        io: Arc<ScheduledIo>,
-    ) -> io::Result<(Key, Option<Key>)> {
-        let exhausted = || {
-            io::Error::new(
-                io::ErrorKind::OutOfMemory,
-                "out of memory for the polling driver's registration table: close some sources",
-            )
-        };
-        self.by_source.try_reserve(1).map_err(|_| exhausted())?;
-        let live = Live {
-            source,
-            io,
-            armed: READ | WRITE,
-        };
-        let key = match self.free.pop() {
-            Some(index) => {
-                let slot = &mut self.slots[index];
-                slot.live = Some(live);
-                Key {
-                    index,
-                    generation: slot.generation,
-                }
-            }
-            None => {
-                let index = self.slots.len();
-                if index >= INDEX_MASK {
-                    return Err(io::Error::other(
-                        "the polling driver has the most sources it can register: deregister some",
-                    ));
-                }
-                self.slots.try_reserve(1).map_err(|_| exhausted())?;
-                // Room in `free` for every slot, so that `remove` never allocates.
-                let wanted = self.slots.len() + 1 - self.free.len();
-                self.free.try_reserve(wanted).map_err(|_| exhausted())?;
-                self.slots.push(Slot {
-                    generation: 0,
-                    live: Some(live),
-                });
-                Key {
-                    index,
-                    generation: 0,
-                }
-            }
-        };
-        let previous = self.by_source.insert(source, key);
-        Ok((key, previous))
-    }
+/// The live registrations (module docs): keys are a `usize`, the slot index in the low half and
+/// the generation in the high half; indices stay below `2^(usize::BITS / 2) - 1`, so that no key
+/// equals `usize::MAX` (reserved by `polling`).
+type Table = Registrations<RawSource, Live>;
 
-    /// Undoes an [`insert`](Table::insert) whose registration the poller refused.
-    fn abort(&mut self, source: RawSource, key: Key, previous: Option<Key>) {
-        drop(self.remove(key));
-        if let Entry::Occupied(mut bound) = self.by_source.entry(source)
-            && *bound.get() == key
-        {
-            match previous {
-                Some(previous) => {
-                    bound.insert(previous);
-                }
-                None => {
-                    bound.remove();
-                }
-            }
-        }
-    }
+fn new_table() -> Table {
+    Registrations::new("polling", usize::BITS, (1 << (usize::BITS / 2)) - 1)
+}
 
-    /// The live registration of a packed key.
-    fn get_mut(&mut self, key: usize) -> Option<&mut Live> {
-        let key = Key::unpack(key);
-        let slot = self.slots.get_mut(key.index)?;
-        if slot.generation != key.generation {
-            return None;
-        }
-        slot.live.as_mut()
-    }
-
-    /// `source`'s live registration, if it is `io`'s.
-    fn find_mut(&mut self, source: RawSource, io: &ScheduledIo) -> Option<(Key, &mut Live)> {
-        let key = *self.by_source.get(&source)?;
-        let live = self.get_mut(key.pack())?;
-        std::ptr::eq(&*live.io, io).then_some((key, live))
-    }
-
-    /// Frees `key`'s slot (moving its generation on, so its key dies) and returns its source
-    /// and `ScheduledIo`.
-    fn remove(&mut self, key: Key) -> Option<(RawSource, Arc<ScheduledIo>)> {
-        let slot = self.slots.get_mut(key.index)?;
-        if slot.generation != key.generation {
-            return None;
-        }
-        let live = slot.live.take()?;
-        slot.generation = (slot.generation + 1) & (usize::MAX >> INDEX_BITS);
-        // Cannot allocate: `free` has room for every slot (reserved when the slot was made).
-        self.free.push(key.index);
-        Some((live.source, live.io))
-    }
-
-    /// Removes `source`'s registration if it is `io`'s.
-    fn unbind(
-        &mut self,
-        source: RawSource,
-        io: &ScheduledIo,
-    ) -> Option<(RawSource, Arc<ScheduledIo>)> {
-        let (key, _) = self.find_mut(source, io)?;
-        self.by_source.remove(&source);
-        self.remove(key)
-    }
-
-    /// Removes every registration.
-    fn drain(&mut self) -> Vec<(RawSource, Arc<ScheduledIo>)> {
-        self.by_source.clear();
-        self.free.clear();
-        self.slots
-            .drain(..)
-            .filter_map(|slot| slot.live.map(|live| (live.source, live.io)))
-            .collect()
-    }
+/// The poller key of a registration (it fits: the table's tokens are `usize::BITS` wide).
+fn poller_key(key: Key) -> usize {
+    key.token() as usize
 }
 
 /// The readiness a `polling` event reports.
@@ -758,8 +620,7 @@ unsafe fn borrow<'a>(source: RawSource) -> std::os::windows::io::BorrowedSocket<
 impl PollingDriver {
     /// How many sources are registered.
     pub(crate) fn registered(&self) -> usize {
-        let table = self.shared.table();
-        table.slots.iter().filter(|s| s.live.is_some()).count()
+        self.shared.table().len()
     }
 
     /// A probe that tells, even after the driver is dropped, whether it still owns its poller.
@@ -772,36 +633,6 @@ impl PollingDriver {
 #[cfg(test)]
 mod unit {
     use super::*;
-
-    #[test]
-    fn keys_round_trip_and_never_equal_the_notify_key() {
-        let key = Key {
-            index: 7,
-            generation: usize::MAX >> INDEX_BITS,
-        };
-        assert_eq!(Key::unpack(key.pack()), key);
-        let last = Key {
-            index: INDEX_MASK - 1,
-            generation: usize::MAX >> INDEX_BITS,
-        };
-        assert_ne!(last.pack(), usize::MAX);
-    }
-
-    #[test]
-    fn a_freed_slot_gets_a_new_generation() {
-        let mut table = Table::default();
-        let io = Arc::new(ScheduledIo::new());
-        let (first, _) = table.insert(5, io.clone()).unwrap();
-        assert!(table.unbind(5, &io).is_some());
-        assert!(table.get_mut(first.pack()).is_none());
-        let (second, previous) = table.insert(5, Arc::new(ScheduledIo::new())).unwrap();
-        assert_eq!(previous, None);
-        assert_eq!(second.index, first.index);
-        assert_ne!(second.generation, first.generation);
-        assert!(table.get_mut(first.pack()).is_none());
-        assert!(table.get_mut(second.pack()).is_some());
-        assert!(table.unbind(5, &io).is_none());
-    }
 
     #[test]
     fn directions_follow_what_a_readiness_satisfies() {

@@ -1,7 +1,8 @@
 //! Spindle's IO: one driver interface for readiness and completion backends, and blocking-style
 //! sockets, pipes and files that suspend only the calling coroutine.
 //!
-//! See [`driver`] for how a runtime and a backend meet.
+//! See [`driver`] for how a runtime and a backend meet, and [`registrations`] for the table the
+//! readiness backends keep their registrations in.
 //!
 //! # Platforms
 //!
@@ -29,6 +30,7 @@ pub mod net;
 mod offload;
 #[cfg(unix)]
 mod pipe;
+pub mod registrations;
 mod scheduled;
 mod source;
 #[cfg(unix)]
