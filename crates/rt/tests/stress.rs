@@ -185,19 +185,25 @@ fn a_stuck_coroutine_is_reported_once_by_name() {
         rt.block_on(|| spindle_rt::sleep(Duration::from_millis(30)));
         return;
     }
+    assert_reported_once(NAME, "'cpu-hog'");
+}
+
+/// Runs test `name` in a child process and checks that the monitor reported exactly one
+/// coroutine, the one named `who`.
+fn assert_reported_once(name: &str, who: &str) {
     let out = Command::new(std::env::current_exe().unwrap())
-        .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
-        .env("SPINDLE_CHILD", NAME)
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env("SPINDLE_CHILD", name)
         .output()
         .unwrap();
-    assert!(out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
     let reports: Vec<&str> = stderr
         .lines()
         .filter(|l| l.contains("without suspending"))
         .collect();
     assert_eq!(reports.len(), 1, "{stderr}");
-    assert!(reports[0].contains("'cpu-hog'"), "{stderr}");
+    assert!(reports[0].contains(who), "{stderr}");
 }
 
 /// A worker whose thread waits for a CPU (a loaded machine) is not reported as stuck: its
@@ -257,19 +263,7 @@ fn a_worker_waiting_for_a_cpu_is_not_reported_but_a_blocking_call_is() {
         h.join().unwrap();
         return;
     }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
-        .env("SPINDLE_CHILD", NAME)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let reports: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.contains("without suspending"))
-        .collect();
-    assert_eq!(reports.len(), 1, "{stderr}");
-    assert!(reports[0].contains("'sleeper'"), "{stderr}");
+    assert_reported_once(NAME, "'sleeper'");
 }
 
 /// CPU time of the calling thread.
