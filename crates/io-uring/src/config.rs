@@ -146,9 +146,10 @@ impl SetupError {
                     .to_string(),
             },
             Some(libc::ENOMEM) => format!(
-                "not enough memory for a ring of {} entries (ENOMEM): on kernels before 5.12 \
-                 rings count against the locked-memory limit (RLIMIT_MEMLOCK, now {}); raise \
-                 it (`ulimit -l`) or use fewer entries",
+                "not enough memory for a ring of {} entries (ENOMEM): without CAP_IPC_LOCK, \
+                 rings count against the locked-memory limit (RLIMIT_MEMLOCK, now {}) on \
+                 kernels before 5.12 and on recent ones (6.18 does); raise it (`ulimit -l`) \
+                 or use fewer entries",
                 config.entries,
                 memlock_limit()
             ),

@@ -145,9 +145,10 @@
 //! `ASYNC_CANCEL`); which operations the kernel has is probed (`IORING_REGISTER_PROBE`) and
 //! reported by [`Proactor::supports`](spindle_io::Proactor::supports). If the ring cannot be set
 //! up — no io_uring (`ENOSYS`), forbidden by seccomp (`EPERM`) or by
-//! `kernel.io_uring_disabled`, the locked-memory limit (`ENOMEM` on kernels before 5.12), bad
-//! parameters — [`UringDriver::new`] returns an error saying so, with a [`SetupError`] inside;
-//! the runtime then falls back to epoll and logs that once.
+//! `kernel.io_uring_disabled`, the locked-memory limit (`ENOMEM`: before Linux 5.12 and again on
+//! recent kernels, a ring counts against `RLIMIT_MEMLOCK` unless the process has
+//! `CAP_IPC_LOCK`), bad parameters — [`UringDriver::new`] returns an error saying so, with a
+//! [`SetupError`] inside; the runtime then falls back to epoll and logs that once.
 //!
 //! Not done: multishot accept (the interface has one accept per `submit`), registered buffers
 //! and files, and SQPOLL is available ([`UringConfig::sqpoll`]) but off by default.
