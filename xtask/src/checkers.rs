@@ -76,7 +76,8 @@ pub fn miri() -> Result<(), String> {
     run(&["-p", "spindle-sync", "--test", "miri"])
 }
 
-/// One sanitizer leg: builds std and the tests with `-Zsanitizer=<kind>` into
+/// One sanitizer leg: builds std and the tests with `-Zsanitizer=<kind> --cfg spindle_<dir>`
+/// (the cfg turns on spindle-coro's fiber annotations, see ARCHITECTURE.md) into
 /// `<target>/<dir>` and runs each `(package, test target, filter args)`.
 fn sanitizer(
     kind: &str,
@@ -86,7 +87,7 @@ fn sanitizer(
 ) -> Result<(), String> {
     ensure_nightly(&["rust-src"])?;
     let target = target_dir()?.join(dir);
-    let flags = format!("-Zsanitizer={kind}");
+    let flags = format!("-Zsanitizer={kind} --cfg spindle_{dir}");
     let mut failures = Vec::new();
     for (pkg, test, filter) in tests {
         let r = proc::run(
@@ -110,20 +111,28 @@ fn sanitizer(
     }
 }
 
-/// What the ASan leg runs: the runtime's stress tests, spindle-sync's stress tests, the IO
-/// conformance suite in its epoll mode. Skipped: the tests on copying (shared) stacks, whose
-/// `save` copies the used part of the stack wholesale, frames' redzones included, which ASan
-/// rightly reports as a stack-buffer-underflow (by design, not a bug: the bytes are restored
-/// as they were, never interpreted).
-const SANITIZED: [(&str, &str, &[&str]); 3] = [
+/// What both sanitizer legs run: the runtime's stress tests (every policy), spindle-sync's
+/// stress tests (a 2-worker runtime + 4 threads, coroutines on shared stacks too), the IO
+/// conformance suite in its epoll mode (copying-stack tests included), and spindle-coro's
+/// stack tests (every stack kind, shared-stack eviction, overflow reports). Skipped:
+/// `the_exhaustion_path_returns_an_error_not_a_crash`, which lowers `RLIMIT_AS` to 256 MiB —
+/// a sanitizer's shadow memory alone reserves terabytes of address space.
+const SANITIZED: [(&str, &str, &[&str]); 4] = [
     ("spindle-rt", "stress", &[]),
-    ("spindle-sync", "stress", &["--skip", "shared_stack"]),
-    (
-        "spindle-io-tests",
-        "conformance",
-        &["epoll::", "--skip", "copying_stack"],
-    ),
+    ("spindle-sync", "stress", &[]),
+    ("spindle-io-tests", "conformance", &["epoll::"]),
+    ("spindle-coro", "stacks", &["--skip", "the_exhaustion_path"]),
 ];
+
+/// ASan runs [`SANITIZED`] and spindle-coro's coroutine tests (panics, forced unwinds, nested
+/// coroutines: the switch annotations most directly) but
+/// `mem_forget_on_a_suspended_coroutine_only_leaks`, whose leak is the point (LeakSanitizer
+/// rightly reports it).
+const ASAN_ALSO: [(&str, &str, &[&str]); 1] = [(
+    "spindle-coro",
+    "coroutine",
+    &["--skip", "mem_forget_on_a_suspended_coroutine_only_leaks"],
+)];
 
 /// AddressSanitizer (see ARCHITECTURE.md for the options and why).
 pub fn asan() -> Result<(), String> {
@@ -134,9 +143,16 @@ pub fn asan() -> Result<(), String> {
             "ASAN_OPTIONS",
             "detect_stack_use_after_return=0:detect_leaks=1".to_string(),
         ),
-        &SANITIZED,
+        &[&ASAN_ALSO[..], &SANITIZED[..]].concat(),
     )
 }
+
+/// TSan runs spindle-sync's thread-only scenarios (`tests/miri.rs`), all of spindle-coro's
+/// coroutine tests, then [`SANITIZED`].
+const TSAN_ALSO: [(&str, &str, &[&str]); 2] = [
+    ("spindle-sync", "miri", &[]),
+    ("spindle-coro", "coroutine", &[]),
+];
 
 /// ThreadSanitizer (see ARCHITECTURE.md for what it covers and why).
 pub fn tsan() -> Result<(), String> {
@@ -151,12 +167,9 @@ pub fn tsan() -> Result<(), String> {
                 supp.display()
             ),
         ),
-        &TSANITIZED,
+        &[&TSAN_ALSO[..], &SANITIZED[..]].concat(),
     )
 }
-
-/// What the TSan leg runs (see ARCHITECTURE.md).
-const TSANITIZED: [(&str, &str, &[&str]); 1] = [("spindle-sync", "miri", &[])];
 
 /// The fuzz targets in `fuzz/fuzz_targets`, each with its corpus in `fuzz/corpus/<target>`.
 pub const FUZZ_TARGETS: [&str; 2] = ["timer_wheel", "channel_select"];

@@ -234,7 +234,7 @@ pub fn legs() -> Vec<Leg> {
     legs.push(
         Leg::custom(
             "asan",
-            "AddressSanitizer (nightly, build-std): rt and sync stress tests, IO conformance (epoll)",
+            "AddressSanitizer (nightly, build-std, --cfg spindle_asan): rt/sync stress, IO conformance (epoll), coro",
             crate::checkers::asan,
         )
         .full_only(),
@@ -242,7 +242,7 @@ pub fn legs() -> Vec<Leg> {
     legs.push(
         Leg::custom(
             "tsan",
-            "ThreadSanitizer (nightly, build-std): spindle-sync's thread-only scenarios",
+            "ThreadSanitizer (nightly, build-std, --cfg spindle_tsan): rt/sync stress, IO conformance (epoll), coro",
             crate::checkers::tsan,
         )
         .full_only(),

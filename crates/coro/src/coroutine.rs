@@ -13,6 +13,7 @@ use spindle_stack::{Owner, Stack, StackError, StackPool};
 use spindle_stack::{SharedSlot, SharedStack};
 
 use crate::exchange::{ForcedUnwind, PANICKED, RETURNED, Slot, TAG, UNWIND, UNWOUND, YIELDED};
+use crate::sanitizer::{self, Fiber};
 use crate::{DefaultStack, Yielder, id};
 
 /// A marker that makes a type `!Send` and `!Sync`.
@@ -150,6 +151,8 @@ pub struct Coroutine<Input, Yield, Return, S: Stack = DefaultStack> {
     initial: Option<Initial>,
     state: State,
     id: u64,
+    /// The sanitizers' view of the coroutine (zero-sized unless a sanitizer cfg is set).
+    fiber: Fiber,
     /// `!Send` and `!Sync`: a started stack may hold thread-bound data. The function types make
     /// the struct covariant/contravariant the way its uses are.
     _not_send: NotSend,
@@ -328,11 +331,30 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
         let context = unsafe { Context::from_ptr(context.as_ptr()) };
         let input = Slot::new(input);
         // SAFETY: the coroutine is fresh or suspended in `Yielder::suspend`, on its own stack,
-        // which is alive (we own it) and holds its bytes (restored for a copying stack); `link`
-        // is that stack's link slot. The coroutine moves the input out of `input` before it
-        // switches back.
-        let t = unsafe { context.resume(input.word(0), self.link) };
+        // which is alive (we own it) and holds its bytes (restored for a copying stack). The
+        // coroutine moves the input out of `input` before it switches back.
+        let t = unsafe { self.switch_in(context, input.word(0)) };
         Ok(self.switched_back(t))
+    }
+
+    /// Switches into the coroutine with `data` (`Context::resume` with our link), the
+    /// sanitizers told (see the `sanitizer` module; nothing but the switch without them).
+    ///
+    /// # Safety
+    ///
+    /// `context` is this coroutine's suspended context, its stack alive and holding its
+    /// bytes, and `data` what the coroutine expects (an input slot that lives until it
+    /// switches back, or `UNWIND`).
+    #[inline(always)]
+    unsafe fn switch_in(&mut self, context: Context, data: usize) -> Transfer {
+        // SAFETY: the switch follows, `leave` right after it; the stack's bounds do not change
+        // while it lives, and the coroutine has a context, so it has not finished.
+        let resumer = unsafe { self.fiber.enter(self.stack.limit(), self.stack.top()) };
+        // SAFETY: forwarded contract; `link` is that stack's link slot.
+        let t = unsafe { context.resume(data, self.link) };
+        // SAFETY: right after the switch back, with what `enter` returned.
+        unsafe { sanitizer::leave(resumer) };
+        t
     }
 
     /// Copying stacks: makes the region ours (evicting its occupant), and on the first resume
@@ -401,13 +423,13 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
             RETURNED => {
                 // SAFETY: the entry sent a slot with the return value; it never runs again.
                 let value = unsafe { Slot::<Return>::take(t.data) };
-                self.finished();
+                self.finished(t.context.as_ptr());
                 CoroutineResult::Return(value)
             }
             PANICKED => {
                 // SAFETY: the entry sent a slot with the panic payload; it never runs again.
                 let payload = unsafe { Slot::<Box<dyn Any + Send>>::take(t.data) };
-                self.finished();
+                self.finished(t.context.as_ptr());
                 resume_unwind(payload)
             }
             other => unreachable!("a plain resume is never answered with tag {other}"),
@@ -426,9 +448,13 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
         }
     }
 
-    fn finished(&mut self) {
+    /// Records that the coroutine finished, its last switch back made with stack pointer `sp`.
+    fn finished(&mut self, sp: NonNull<u8>) {
         self.state = State::Finished;
         self.context = None;
+        // SAFETY: the coroutine has just switched back for the last time, with `sp`, from the
+        // stack whose top this is.
+        unsafe { self.fiber.finish(sp, self.stack.top()) };
         if S::COPYING {
             // SAFETY: the coroutine finished; nothing of it is left on the region.
             unsafe { self.stack.after_finish() };
@@ -486,7 +512,7 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
                 unreachable!("a suspended coroutine has a context")
             };
             // SAFETY: as in `try_resume`; with UNWIND the coroutine reads no input.
-            let t = unsafe { context.resume(UNWIND, self.link) };
+            let t = unsafe { self.switch_in(context, UNWIND) };
             match t.data & TAG {
                 YIELDED => {
                     // It caught the unwind and suspended again; its next `suspend` unwinds
@@ -502,14 +528,14 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
                 RETURNED => {
                     // SAFETY: as in `switched_back`.
                     drop(unsafe { Slot::<Return>::take(t.data) });
-                    self.finished();
+                    self.finished(t.context.as_ptr());
                 }
                 PANICKED => {
                     // SAFETY: as in `switched_back`.
                     escaped = Some(unsafe { Slot::<Box<dyn Any + Send>>::take(t.data) });
-                    self.finished();
+                    self.finished(t.context.as_ptr());
                 }
-                _ => self.finished(), // UNWOUND
+                _ => self.finished(t.context.as_ptr()), // UNWOUND
             }
         }
         if let Some(payload) = escaped {
@@ -741,6 +767,7 @@ impl Builder {
             }),
             state: State::NotStarted,
             id,
+            fiber: Fiber::default(),
             _not_send: PhantomData,
             _types: PhantomData,
         }

@@ -85,6 +85,7 @@ mod coroutine;
 mod exchange;
 mod generator;
 mod id;
+mod sanitizer;
 mod yielder;
 
 pub use coroutine::{

@@ -300,6 +300,14 @@ impl SharedSlot {
     }
 }
 
+#[cfg(spindle_asan)]
+unsafe extern "C" {
+    /// ASan's runtime (linked in by `-Zsanitizer=address`, the only build that sets
+    /// `spindle_asan`): marks `[addr, addr + size)` addressable in its shadow.
+    #[link_name = "__asan_unpoison_memory_region"]
+    fn asan_unpoison_memory_region(addr: *const std::ffi::c_void, size: usize);
+}
+
 /// Copies `[sp, sp + len)` into `buffer`, sized to fit (a buffer far larger than needed is
 /// replaced, so a once-deep coroutine does not keep a large buffer forever).
 fn save(buffer: &mut Vec<u8>, sp: NonNull<u8>, len: usize) -> Result<(), StackError> {
@@ -310,6 +318,17 @@ fn save(buffer: &mut Vec<u8>, sp: NonNull<u8>, len: usize) -> Result<(), StackEr
     buffer
         .try_reserve_exact(len)
         .map_err(|_| StackError::OutOfMemory { requested: len })?;
+    // Under ASan the occupant's frames carry poisoned redzones, which the copy would read (a
+    // stack-buffer-overflow report for bytes that are saved and restored, never interpreted).
+    // Unpoisoned first: the frames come back without their redzones (those are not checked
+    // again), frames entered after that have theirs, and the region holds no stale poison
+    // for the next occupant's frames.
+    #[cfg(spindle_asan)]
+    // SAFETY: `[sp, sp + len)` is part of the region's mapping; nothing runs on it. Only
+    // ASan's shadow of it changes.
+    unsafe {
+        asan_unpoison_memory_region(sp.as_ptr().cast(), len)
+    };
     // SAFETY: `[sp, sp + len)` is the suspended occupant's live stack inside the region
     // (mapped, read-write, nothing runs on it); the buffer has room for `len` bytes and, being
     // heap memory, does not overlap the region. `set_len` covers exactly the bytes written.
