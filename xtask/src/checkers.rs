@@ -46,7 +46,9 @@ fn ensure_nightly(components: &[&str]) -> Result<(), String> {
 /// Miri over the parts without inline assembly: spindle-sched's policies (queue, deque, FIFO,
 /// round-robin, work-stealing: unit and integration tests, loom models excluded by `cfg`), the
 /// timer wheel, spindle-sync's thread-only scenarios (`tests/miri.rs`, OS threads parked
-/// through spindle-park) and its thread-only unit tests.
+/// through spindle-park) and its thread-only unit tests, and spindle-stack's pool bookkeeping
+/// (unit tests and `tests/pool.rs`, its OS layer swapped for heap allocations under
+/// `cfg(miri)`: `crates/stack/src/os/miri.rs`).
 pub fn miri() -> Result<(), String> {
     ensure_nightly(&["miri", "rust-src"])?;
     let run = |args: &[&str]| {
@@ -73,7 +75,20 @@ pub fn miri() -> Result<(), String> {
         )
     };
     run(&["-p", "spindle-sched", "-p", "spindle-timer"])?;
-    run(&["-p", "spindle-sync", "--test", "miri"])
+    run(&["-p", "spindle-sync", "--test", "miri"])?;
+    // spindle-stack does not reach crossbeam-epoch, so it runs without the three allowances
+    // above: Stacked Borrows, strict provenance, and the leak check on (the pool's caches and
+    // registry must free or keep reachable every stack). Isolation stays off for proptest.
+    proc::run(
+        nightly_cargo()
+            .env(
+                "MIRIFLAGS",
+                "-Zmiri-strict-provenance -Zmiri-disable-isolation -Zmiri-preemption-rate=0.05",
+            )
+            .env("PROPTEST_DISABLE_FAILURE_PERSISTENCE", "1")
+            .args(["miri", "test"])
+            .args(["-p", "spindle-stack", "--lib", "--test", "pool"]),
+    )
 }
 
 /// One sanitizer leg: builds std and the tests with `-Zsanitizer=<kind> --cfg spindle_<dir>`

@@ -10,6 +10,10 @@ use spindle_stack::{PoolConfig, PooledStack, Stack, StackPool};
 
 const KIB: usize = 1024;
 
+/// Loop counts of the longer tests: Miri is ~1000× slower, so it gets fewer rounds.
+const ROUNDS: usize = if cfg!(miri) { 100 } else { 10_000 };
+const RANDOM_STEPS: usize = if cfg!(miri) { 150 } else { 3_000 };
+
 fn pool(config: PoolConfig) -> StackPool {
     StackPool::new(config).unwrap()
 }
@@ -41,7 +45,7 @@ fn steady_state_get_and_drop_map_nothing() {
     drop(warm);
     let before = pool.stats();
     assert_eq!(before.mapped, 4);
-    for _ in 0..10_000 {
+    for _ in 0..ROUNDS {
         let a = pool.get().unwrap();
         let b = pool.get().unwrap();
         drop(a);
@@ -53,8 +57,11 @@ fn steady_state_get_and_drop_map_nothing() {
         "no new mappings in steady state"
     );
     assert_eq!(after.unmapped, 0);
-    assert_eq!(after.from_thread_cache - before.from_thread_cache, 20_000);
-    assert_eq!(after.returned - before.returned, 20_000);
+    assert_eq!(
+        after.from_thread_cache - before.from_thread_cache,
+        2 * ROUNDS as u64
+    );
+    assert_eq!(after.returned - before.returned, 2 * ROUNDS as u64);
     assert_eq!(after.thread_cached, 4);
     pool.flush_thread_cache();
 }
@@ -99,7 +106,7 @@ fn live_stacks_are_never_handed_out_twice() {
                 barrier.wait();
                 let mut held: Vec<PooledStack> = Vec::new();
                 let mut state: u64 = seed * 7919 + 1;
-                for _ in 0..3_000 {
+                for _ in 0..RANDOM_STEPS {
                     state = state
                         .wrapping_mul(6_364_136_223_846_793_005)
                         .wrapping_add(1);
@@ -163,7 +170,7 @@ fn several_pools_keep_their_stacks_apart() {
         stack_size: 128 * KIB,
         ..PoolConfig::default()
     });
-    for _ in 0..100 {
+    for _ in 0..ROUNDS.min(100) {
         let (a, b) = (small.get().unwrap(), large.get().unwrap());
         assert_eq!(a.usable_size(), 16 * KIB);
         assert_eq!(b.usable_size(), 128 * KIB);
@@ -246,6 +253,11 @@ fn moving_to_the_shared_pool_trims() {
 }
 
 #[cfg(all(unix, feature = "growable"))]
+#[cfg_attr(
+    miri,
+    ignore = "growth happens in the SIGSEGV handler, which Miri cannot run (its stacks are \
+              heap memory, committed in full)"
+)]
 #[test]
 fn growable_pools_shrink_grown_stacks_on_recycle() {
     let pool = pool(PoolConfig {
@@ -294,6 +306,11 @@ fn growable_pools_shrink_grown_stacks_on_recycle() {
 }
 
 #[cfg(unix)]
+#[cfg_attr(
+    miri,
+    ignore = "a guard-page fault in a child process: Miri cannot spawn processes or run \
+              signal handlers"
+)]
 #[test]
 fn owners_are_forgotten_when_a_stack_is_returned() {
     let output = common::crash_test("owners_are_forgotten_when_a_stack_is_returned", || {
@@ -313,6 +330,11 @@ fn owners_are_forgotten_when_a_stack_is_returned() {
 }
 
 #[cfg(unix)]
+#[cfg_attr(
+    miri,
+    ignore = "a guard-page fault in a child process: Miri cannot spawn processes or run \
+              signal handlers"
+)]
 #[test]
 fn pooled_stack_overflow_names_the_owner() {
     let output = common::crash_test("pooled_stack_overflow_names_the_owner", || {
@@ -350,7 +372,8 @@ struct Model {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    // Under Miri each case costs seconds: a handful of cases (the full run is native).
+    #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 4 } else { 64 }))]
 
     #[test]
     fn random_get_drop_sequences_match_a_sequential_model(

@@ -2,19 +2,30 @@
 //! handled `SIGSEGV`/`SIGBUS` before us; plus [`prepare_thread`], which gives a thread the
 //! alternate signal stack the handler runs on. Windows: a vectored exception handler.
 
-#[cfg(unix)]
+//!
+//! Under Miri (no signals, no `sigaction`/`sigaltstack`, and stacks without guard pages, see
+//! `os/miri.rs`) both are no-ops from `miri.rs`.
+
+#[cfg(all(unix, not(miri)))]
 mod altstack;
-#[cfg(unix)]
+#[cfg(all(unix, not(miri)))]
 mod unix;
 
-#[cfg(unix)]
+#[cfg(all(unix, not(miri)))]
 pub use altstack::prepare_thread;
-#[cfg(unix)]
+#[cfg(all(unix, not(miri)))]
 pub(crate) use unix::install_fault_handler;
 
-#[cfg(windows)]
+#[cfg(all(windows, not(miri)))]
 mod windows;
-#[cfg(windows)]
+#[cfg(all(windows, not(miri)))]
 pub(crate) use windows::install_fault_handler;
-#[cfg(windows)]
+#[cfg(all(windows, not(miri)))]
 pub use windows::prepare_thread;
+
+#[cfg(miri)]
+mod miri;
+#[cfg(miri)]
+pub(crate) use miri::install_fault_handler;
+#[cfg(miri)]
+pub use miri::prepare_thread;
