@@ -1,6 +1,7 @@
 //! An idle runtime uses no CPU (Boost.Fiber #203): none of its threads wakes up. Its own test
 //! binary: it watches every thread of the process, so nothing else may run meanwhile.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use spindle_rt::Runtime;
@@ -23,7 +24,7 @@ fn an_idle_runtime_wakes_no_thread_and_uses_no_cpu() {
     let switches_before = context_switches_except(&me);
     let cpu_before = process_cpu_ticks();
     std::thread::sleep(Duration::from_secs(1));
-    let switches = context_switches_except(&me) - switches_before;
+    let switches = switches_since(&switches_before, &context_switches_except(&me));
     let cpu = process_cpu_ticks() - cpu_before;
     // A thread that sleeps without waking up is not switched in at all. The monitor used to
     // tick every 2.5 ms (400 switches a second); allow a few for anything the kernel does.
@@ -52,25 +53,37 @@ fn current_thread_id() -> String {
     link.file_name().unwrap().to_string_lossy().into_owned()
 }
 
-/// Voluntary plus involuntary context switches of every thread of this process but `except`.
-fn context_switches_except(except: &str) -> u64 {
-    let mut total = 0;
+/// Voluntary plus involuntary context switches of each thread of this process but `except`,
+/// by thread id.
+fn context_switches_except(except: &str) -> HashMap<String, u64> {
+    let mut by_thread = HashMap::new();
     for entry in std::fs::read_dir("/proc/self/task").unwrap() {
         let entry = entry.unwrap();
-        if entry.file_name().to_string_lossy() == except {
+        let tid = entry.file_name().to_string_lossy().into_owned();
+        if tid == except {
             continue;
         }
         let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
             continue; // the thread exited meanwhile
         };
-        for line in status.lines() {
-            if let Some(v) = line
-                .strip_prefix("voluntary_ctxt_switches:")
-                .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
-            {
-                total += v.trim().parse::<u64>().unwrap();
-            }
-        }
+        let switches = status
+            .lines()
+            .filter_map(|line| {
+                line.strip_prefix("voluntary_ctxt_switches:")
+                    .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+            })
+            .map(|v| v.trim().parse::<u64>().unwrap())
+            .sum();
+        by_thread.insert(tid, switches);
     }
-    total
+    by_thread
+}
+
+/// Switches between two snapshots: a thread that is new counts all of its switches, one that
+/// exited counts none (its last ones are lost with it).
+fn switches_since(before: &HashMap<String, u64>, after: &HashMap<String, u64>) -> u64 {
+    after
+        .iter()
+        .map(|(tid, &n)| n.saturating_sub(before.get(tid).copied().unwrap_or(0)))
+        .sum()
 }

@@ -215,16 +215,20 @@ fn assert_reported_once(name: &str, who: &str) {
 fn a_worker_waiting_for_a_cpu_is_not_reported_but_a_blocking_call_is() {
     const NAME: &str = "a_worker_waiting_for_a_cpu_is_not_reported_but_a_blocking_call_is";
     if is_child(NAME) {
-        // Every thread made from here on runs on one CPU.
-        // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it; the call
-        // reads it and applies to this thread (new threads inherit the mask).
+        // Every thread made from here on runs on one CPU: the first this process may use.
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills it and
+        // sched_setaffinity reads it (both for this thread; new threads inherit the mask);
+        // CPU_ISSET/CPU_SET index within the set (`cpu` < CPU_SETSIZE).
         unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(0, &mut set);
-            assert_eq!(
-                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
-                0
-            );
+            let size = std::mem::size_of::<libc::cpu_set_t>();
+            let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+            assert_eq!(libc::sched_getaffinity(0, size, &mut allowed), 0);
+            let cpu = (0..libc::CPU_SETSIZE as usize)
+                .find(|&c| libc::CPU_ISSET(c, &allowed))
+                .expect("some CPU is allowed");
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut one);
+            assert_eq!(libc::sched_setaffinity(0, size, &one), 0);
         }
         let rt = Runtime::builder().workers(1).build().unwrap();
         let stop = Arc::new(AtomicBool::new(false));
