@@ -302,6 +302,38 @@ fn pool_of_size(size: usize) -> Result<StackPool, StackError> {
 
 static NEXT_TASK_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Where a new coroutine's stack comes from.
+enum StackPlan {
+    /// Its home worker's shared (copying) region, at its first run.
+    #[cfg(feature = "stack-shared")]
+    Shared,
+    /// A stack of its own, taken at spawn (`Builder::reserve_stack`).
+    Reserved(TaskStack),
+    /// A stack of its own of this kind (`None`: the runtime's pool), taken by the worker that
+    /// first runs it (see `Body::OwnPending`).
+    AtFirstRun(Option<StackKind>),
+}
+
+/// Makes a task's coroutine on a stack of its own.
+fn own_coroutine<F, T>(
+    b: spindle_coro::Builder,
+    header: crate::task::SendPtr<Header>,
+    f: F,
+    stack: TaskStack,
+) -> crate::task::OwnCoroutine<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let co = b.build_with_stack(stack, coroutine_body(header.0, f));
+    // SAFETY: the coroutine has not started; its closure and result are Send (`F: Send`,
+    // `T: Send`), so it may start on any worker — at spawn we do not know which, and at its
+    // first run it is made by the worker that is about to run it. From its first run on it
+    // stays on that worker (its home) unless the spawner made it migratable with the unsafe
+    // builder option, whose contract covers exactly this.
+    unsafe { SendCoroutine::new(co) }
+}
+
 pub(crate) fn spawn_on<F, T>(
     shared: &Arc<Shared>,
     builder: Builder,
@@ -316,7 +348,8 @@ where
             "the runtime is shutting down: no new coroutines",
         ));
     }
-    let stack = match builder.stack {
+    let here = worker::current_index(shared);
+    let plan = match builder.stack {
         #[cfg(not(feature = "stack-shared"))]
         Some(StackKind::Shared) => {
             return Err(StackError::Disabled {
@@ -326,16 +359,15 @@ where
             .into());
         }
         #[cfg(feature = "stack-shared")]
-        Some(StackKind::Shared) => None,
+        Some(StackKind::Shared) => StackPlan::Shared,
         kind if builder.reserve_stack => {
-            Some(Ok(stack_for(shared, kind).map_err(io::Error::from)?))
+            StackPlan::Reserved(stack_for(shared, kind).map_err(io::Error::from)?)
         }
-        // Taken at the first run (see `Body::OwnPending`).
-        kind => Some(Err(kind)),
+        kind => StackPlan::AtFirstRun(kind),
     };
     // A shared-stack coroutine is made on, and stays on, one worker's region: pick it now.
     let home = match builder.stack {
-        Some(StackKind::Shared) => worker::current_index(shared).unwrap_or_else(|| shared.deal()),
+        Some(StackKind::Shared) => here.unwrap_or_else(|| shared.deal()),
         _ => NO_HOME,
     };
     let header = Header {
@@ -360,46 +392,24 @@ where
         if let Some(name) = &name {
             b = b.name(name.to_string());
         }
-        match stack {
+        let header = crate::task::SendPtr(header);
+        match plan {
             #[cfg(feature = "stack-shared")]
-            None => {
-                let header = crate::task::SendPtr(header);
-                Body::SharedPending(Box::new(move |region: &SharedStack| {
-                    let header = header;
-                    // SAFETY: the spawner accepted `Builder::shared_stack`'s contract, which is
-                    // `Coroutine::with_shared_stack`'s; the runtime itself lends nothing on a
-                    // coroutine's stack (waiters and wakers live in heap task state).
-                    unsafe { b.build_shared(region, coroutine_body(header.0, f)) }
-                }))
-            }
-            #[cfg(not(feature = "stack-shared"))]
-            None => unreachable!("refused above: shared stacks are not compiled in"),
-            Some(Ok(stack)) => {
-                let co = b.build_with_stack(stack, coroutine_body(header, f));
-                // SAFETY: the coroutine has not started; its closure and result are Send
-                // (`F: Send`, `T: Send`), so it may start on any worker; from its first run on
-                // it stays on that worker (its home) unless the spawner made it migratable with
-                // the unsafe builder option, whose contract covers exactly this.
-                Body::Own(unsafe { SendCoroutine::new(co) })
-            }
-            Some(Err(kind)) => {
-                let header = crate::task::SendPtr(header);
-                Body::OwnPending(
-                    kind,
-                    Box::new(move |stack: TaskStack| {
-                        let header = header;
-                        let co = b.build_with_stack(stack, coroutine_body(header.0, f));
-                        // SAFETY: as for a stack taken at spawn: the coroutine has not
-                        // started, its closure and result are Send; it is made by the worker
-                        // that is about to run it first, which becomes its home.
-                        unsafe { SendCoroutine::new(co) }
-                    }),
-                )
-            }
+            StackPlan::Shared => Body::SharedPending(Box::new(move |region: &SharedStack| {
+                let header = header;
+                // SAFETY: the spawner accepted `Builder::shared_stack`'s contract, which is
+                // `Coroutine::with_shared_stack`'s; the runtime itself lends nothing on a
+                // coroutine's stack (waiters and wakers live in heap task state).
+                unsafe { b.build_shared(region, coroutine_body(header.0, f)) }
+            })),
+            StackPlan::Reserved(stack) => Body::Own(own_coroutine(b, header, f, stack)),
+            StackPlan::AtFirstRun(kind) => Body::OwnPending(
+                kind,
+                Box::new(move |stack: TaskStack| own_coroutine(b, header, f, stack)),
+            ),
         }
     });
     let task_ref = TaskRef(task.clone());
-    let here = worker::current_index(shared);
     let key = shared.tasks.insert(here, task_ref.clone());
     task.header
         .registry_key

@@ -145,6 +145,13 @@ fn keepers(n: usize) -> Vec<spindle_rt::JoinHandle<usize>> {
         .collect()
 }
 
+/// A growable stack that reserves 16 MiB of address space (and two mappings) up front: the
+/// quickest way to reach `RLIMIT_AS` or the mapping ceiling.
+const BIG_GROWABLE: StackKind = StackKind::Growable {
+    initial: 16 * 1024,
+    max: 16 * 1024 * 1024,
+};
+
 /// Spawns coroutines on 16 MiB growable stacks (each reserves its maximum) until a spawn
 /// fails (`reserve_stack`: the stack is taken at spawn); the successful ones wait on
 /// `release`. Returns the error and the handles.
@@ -156,10 +163,7 @@ fn spawn_until_refused(
     loop {
         let release = release.clone();
         match Builder::new()
-            .stack(StackKind::Growable {
-                initial: 16 * 1024,
-                max: 16 * 1024 * 1024,
-            })
+            .stack(BIG_GROWABLE)
             .reserve_stack()
             .spawn(move || {
                 while !release.load(Ordering::Relaxed) {
@@ -176,10 +180,7 @@ fn spawn_until_refused(
 /// Spawns and joins one coroutine on a 16 MiB growable stack.
 fn spawn_one_growable() -> std::io::Result<()> {
     Builder::new()
-        .stack(StackKind::Growable {
-            initial: 16 * 1024,
-            max: 16 * 1024 * 1024,
-        })
+        .stack(BIG_GROWABLE)
         .spawn(|| ())?
         .join()
         .map_err(|e| std::io::Error::other(e.to_string()))
@@ -192,10 +193,7 @@ fn lazy_spawn_fails_at_join(expect_in_message: &str) {
     let ran = Arc::new(AtomicBool::new(false));
     let r = ran.clone();
     let h = Builder::new()
-        .stack(StackKind::Growable {
-            initial: 16 * 1024,
-            max: 16 * 1024 * 1024,
-        })
+        .stack(BIG_GROWABLE)
         .spawn(move || r.store(true, Ordering::Relaxed))
         .expect("the spawn itself succeeds: the stack is taken at the first run");
     match h.join() {
