@@ -501,14 +501,22 @@ macro_rules! dispatch {
 }
 
 impl PolicyImpl {
+    #[inline]
     pub(crate) fn push(&self, here: Option<usize>, task: TaskRef, reason: Reason) -> Notify {
         dispatch!(self, p => p.push(here, task, reason))
     }
+    #[inline]
     pub(crate) fn pop(&self, w: usize) -> Option<spindle_sched::Popped<TaskRef>> {
         dispatch!(self, p => p.pop(w))
     }
     pub(crate) fn has_work(&self, w: usize) -> bool {
         dispatch!(self, p => p.has_work(w))
+    }
+    pub(crate) fn bind_worker(&self, w: usize) -> bool {
+        dispatch!(self, p => p.bind_worker(w))
+    }
+    pub(crate) fn unbind_worker(&self, w: usize) {
+        dispatch!(self, p => p.unbind_worker(w))
     }
     pub(crate) fn drain(&self) -> Vec<TaskRef> {
         dispatch!(self, p => p.drain())

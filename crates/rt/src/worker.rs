@@ -36,6 +36,7 @@ use spindle_sched::{Popped, Reason};
 use spindle_timer::{TimerKey, TimerWheel};
 
 use crate::io::Resolved;
+use crate::metrics::WorkerCounters;
 use crate::runtime::{Shared, WorkerUnpark};
 use crate::task::{CancelUnwind, Header, NO_HOME, Suspend, TaskRef};
 
@@ -74,7 +75,6 @@ pub(crate) struct WorkerCtx {
     /// The slice epoch (bumped by the monitor every slice) at which the current task's slice
     /// began.
     pub(crate) slice_epoch: Cell<u32>,
-    loops: Cell<u32>,
     /// This worker's shared (copying) stack region, made on first use.
     #[cfg(feature = "stack-shared")]
     region: RefCell<Option<spindle_stack::SharedStack>>,
@@ -166,7 +166,6 @@ pub(crate) fn run(
         timers: RefCell::new(TimerWheel::new(Instant::now())),
         budget: Cell::new(BUDGET),
         slice_epoch: Cell::new(0),
-        loops: Cell::new(0),
         #[cfg(feature = "stack-shared")]
         region: RefCell::new(None),
         driver,
@@ -180,6 +179,16 @@ pub(crate) fn run(
         }
     }
     let _unset = Unset;
+    // This thread alone uses worker `index`'s private queues from now on: the policy can skip
+    // its try-lock on them. Unbound on the way out (also when unwinding), before `drain`.
+    struct Bound<'a>(&'a Shared, usize);
+    impl Drop for Bound<'_> {
+        fn drop(&mut self) {
+            self.0.policy.unbind_worker(self.1);
+        }
+    }
+    ctx.shared.policy.bind_worker(index);
+    let _bound = Bound(&ctx.shared, index);
     // Stacks and the alternate signal stack for overflow messages.
     let _ = spindle_stack::prepare_thread();
     let run_loop = || spindle_park::with_hook(&ctx, || ctx.schedule_loop());
@@ -200,31 +209,41 @@ impl WorkerCtx {
         let may_spin = shared.workers() > 1;
         let mut spinning = false;
         let mut spin_until = Instant::now();
+        // Whether the idle protocol's books may show this worker spinning (or spun dry): true
+        // after anything but `end_spin(.., true)`. A worker woken by `notify_any` starts out
+        // spinning in the books, and until it says it found work, pushes do not wake other
+        // sleepers; a worker that found work says so once, not on every pop.
+        let mut idle_books = true;
+        let mut timer_countdown = TIMER_CHECK_EVERY;
+        let mut driver_countdown = DRIVER_POLL_EVERY;
         loop {
             if shared.stop.load(Ordering::Acquire) {
                 break;
             }
-            let loops = self.loops.get().wrapping_add(1);
-            self.loops.set(loops);
-            if loops.is_multiple_of(TIMER_CHECK_EVERY) {
+            timer_countdown -= 1;
+            if timer_countdown == 0 {
+                timer_countdown = TIMER_CHECK_EVERY;
                 self.fire_timers(Instant::now());
             }
-            if loops.is_multiple_of(DRIVER_POLL_EVERY) {
+            driver_countdown -= 1;
+            if driver_countdown == 0 {
+                driver_countdown = DRIVER_POLL_EVERY;
                 // Busy: still dispatch IO events now and then, so that coroutines waiting for
                 // IO are not starved by ones that never wait.
                 self.poll_driver(Some(Duration::ZERO));
             }
             if let Some(popped) = shared.policy.pop(self.index) {
-                // Always (not only when this loop decided to spin): a worker woken by
-                // `notify_any` starts out spinning in the idle protocol's books, and until it
-                // says it found work, pushes do not wake other sleepers.
                 spinning = false;
-                if let Some(w) = shared.idle.end_spin(self.index, true) {
-                    shared.unpark(w);
+                if idle_books {
+                    idle_books = false;
+                    if let Some(w) = shared.idle.end_spin(self.index, true) {
+                        shared.unpark(w);
+                    }
                 }
-                self.run_task(popped);
+                self.run_task(popped, counters);
                 continue;
             }
+            idle_books = true;
             let now = Instant::now();
             self.fire_timers(now);
             if shared.policy.has_work(self.index) {
@@ -328,7 +347,7 @@ impl WorkerCtx {
         }
     }
 
-    fn run_task(&self, popped: Popped<TaskRef>) {
+    fn run_task(&self, popped: Popped<TaskRef>, counters: &WorkerCounters) {
         let task = popped.task;
         let header = task.header();
         if !header.start_running() {
@@ -340,10 +359,8 @@ impl WorkerCtx {
         }
         if !popped.inherit_slice {
             self.budget.set(BUDGET);
-            self.slice_epoch
-                .set(self.shared.counters[self.index].slice_epoch());
+            self.slice_epoch.set(counters.slice_epoch());
         }
-        let counters = &self.shared.counters[self.index];
         counters.begin_run(header.id);
         self.current.set(&task);
         self.current_header.set(header);
@@ -355,6 +372,7 @@ impl WorkerCtx {
         match outcome {
             None => {}
             Some(Suspend::Yield) => {
+                // The task stays RUNNING while it waits in the queue (see `Header::yield_done`).
                 header.yield_done();
                 self.shared
                     .schedule_from(Some(self.index), task, Reason::Yielded);

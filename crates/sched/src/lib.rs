@@ -35,9 +35,11 @@
 //!
 //! Every policy is `Send + Sync`. [`push`](Policy::push) with `here = Some(w)` and
 //! [`pop(w)`](Policy::pop) are meant to be called on worker `w`'s thread only; the other methods
-//! from anywhere. Breaking that rule is never undefined behaviour: the work-stealing policy
-//! guards each worker's private state with a try-lock and falls back to its shared queues
-//! (a push) or to finding nothing (a pop) when another thread holds it.
+//! from anywhere. Breaking that rule is never undefined behaviour: the round-robin and
+//! work-stealing policies guard each worker's private state with a try-lock and fall back to
+//! its shared queues (a push) or to finding nothing there (a pop) when another thread holds it.
+//! A worker thread that [binds](Policy::bind_worker) itself to its worker skips that try-lock:
+//! its own pushes and pops then cost no atomic read-modify-write.
 //!
 //! # Examples
 //!
@@ -147,6 +149,8 @@ mod idle;
 mod loom;
 #[cfg(any(feature = "round-robin", feature = "work-stealing"))]
 mod queue;
+#[cfg(any(feature = "round-robin", feature = "work-stealing"))]
+mod ring;
 #[cfg(feature = "round-robin")]
 mod round_robin;
 #[cfg(feature = "work-stealing")]
@@ -264,7 +268,30 @@ pub trait Policy<T: Task>: Send + Sync + 'static {
     fn has_work(&self, w: usize) -> bool;
 
     /// Removes and returns every queued task (shutdown); from any thread.
+    ///
+    /// Waits while a thread is [bound](Policy::bind_worker) to a worker: call it after the
+    /// workers have unbound (exited).
     fn drain(&self) -> Vec<T>;
+
+    /// Binds worker `w` to the calling thread, a speed-up for a worker thread's whole life:
+    /// from now on this thread's [`push`](Policy::push)`(Some(w), ..)` and
+    /// [`pop(w)`](Policy::pop) reach `w`'s private queues without the try-lock that otherwise
+    /// guards them (no read-modify-write on the hot path), and no other thread reaches them
+    /// (its calls for `w` fall back to the shared queues, as described under "Threads" in the
+    /// crate docs). Returns whether the binding holds (`false`: `w` is out of range, bound to
+    /// another thread, or the policy has no private state — nothing changes then).
+    ///
+    /// The thread must call [`unbind_worker`](Policy::unbind_worker) before it exits (a drop
+    /// guard is the way): [`drain`](Policy::drain) waits for it.
+    fn bind_worker(&self, w: usize) -> bool {
+        let _ = w;
+        false
+    }
+
+    /// Ends the calling thread's binding to `w` (a no-op if it holds none).
+    fn unbind_worker(&self, w: usize) {
+        let _ = w;
+    }
 
     /// Counters for metrics: queue depth of `w`, tasks `w` stole, tasks stolen from `w`,
     /// global-queue pops. All zero for a `w` outside `0..workers`.
@@ -334,17 +361,20 @@ fn check_workers(workers: usize) -> Result<(), SchedError> {
 }
 
 /// The worker a task must run on, reduced into `0..workers`.
+#[inline]
 fn home_of<T: Task>(task: &T, workers: usize) -> Option<usize> {
     task.home()
         .map(|h| if h < workers { h } else { h % workers })
 }
 
 /// `here`, or `None` when it is out of range.
+#[inline]
 fn valid_here(here: Option<usize>, workers: usize) -> Option<usize> {
     here.filter(|&w| w < workers)
 }
 
 /// Notify for a task that now waits in worker `target`'s queues, pushed from `here`.
+#[inline]
 fn notify_worker(here: Option<usize>, target: usize) -> Notify {
     if here == Some(target) {
         Notify::None

@@ -3,8 +3,10 @@
 use std::fmt;
 use std::marker::PhantomData;
 
+use crate::cell::OwnerCell;
 use crate::loom::{AtomicUsize, Ordering};
 use crate::queue::Mpsc;
+use crate::ring::Ring;
 use crate::{
     Notify, Padded, Policy, Popped, Reason, SchedError, Task, WorkerStats, check_workers, home_of,
     notify_worker, valid_here,
@@ -21,6 +23,12 @@ use crate::{
 /// A task never leaves the queue it was put in: there is no stealing. Since the runtime pins a
 /// task to the worker that first runs it, the worker a task is dealt to is the one that runs
 /// it. Each worker's queue is strictly FIFO.
+///
+/// Inside, a worker's queue is two: a private one that only the worker's own thread touches
+/// (what it pushes itself — a yield, a wake-up it makes — costs no atomic read-modify-write
+/// once the thread is [bound](Policy::bind_worker)), and an inbox for pushes from other
+/// threads. The worker moves its inbox to the back of the private queue before each of its
+/// own pushes and pops, which keeps the order of arrival.
 ///
 /// # Examples
 ///
@@ -42,10 +50,45 @@ use crate::{
 /// # Ok::<(), spindle_sched::SchedError>(())
 /// ```
 pub struct RoundRobin<T> {
-    queues: Box<[Padded<Mpsc<T>>]>,
+    queues: Box<[Padded<WorkerQueue<T>>]>,
     /// The deal counter: the next new task goes to `next % workers`.
     next: Padded<AtomicUsize>,
     _task: PhantomData<fn(T) -> T>,
+}
+
+/// One worker's queue: private part and inbox (see [`RoundRobin`]).
+struct WorkerQueue<T> {
+    local: OwnerCell<Ring<T>>,
+    /// `local`'s length, stored by the owner after every change: `has_work` and `stats` read
+    /// it from any thread (the owner's own `has_work` sees its own stores).
+    local_len: AtomicUsize,
+    inbox: Mpsc<T>,
+}
+
+impl<T> WorkerQueue<T> {
+    fn new() -> Self {
+        WorkerQueue {
+            local: OwnerCell::new(Ring::new()),
+            local_len: AtomicUsize::new(0),
+            inbox: Mpsc::new(),
+        }
+    }
+
+    /// Runs `f` on the private queue (after moving the inbox behind it), if this thread may.
+    #[inline]
+    fn with_local<R>(&self, f: impl FnOnce(&mut Ring<T>) -> R) -> Option<R> {
+        let mut local = self.local.try_borrow()?;
+        Some(local.with(|local| {
+            self.inbox.take_all_into(local);
+            let r = f(local);
+            self.local_len.store(local.len(), Ordering::Release);
+            r
+        }))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.local_len.load(Ordering::Acquire) == 0 && self.inbox.is_empty()
+    }
 }
 
 impl<T: Task> RoundRobin<T> {
@@ -58,7 +101,7 @@ impl<T: Task> RoundRobin<T> {
     pub fn new(workers: usize) -> Result<Self, SchedError> {
         check_workers(workers)?;
         Ok(RoundRobin {
-            queues: (0..workers).map(|_| Padded(Mpsc::new())).collect(),
+            queues: (0..workers).map(|_| Padded(WorkerQueue::new())).collect(),
             next: Padded(AtomicUsize::new(0)),
             _task: PhantomData,
         })
@@ -86,6 +129,7 @@ impl<T: Task> Policy<T> for RoundRobin<T> {
         self.queues.len()
     }
 
+    #[inline]
     fn push(&self, here: Option<usize>, task: T, reason: Reason) -> Notify {
         let workers = self.queues.len();
         let here = valid_here(here, workers);
@@ -94,12 +138,33 @@ impl<T: Task> Policy<T> for RoundRobin<T> {
             (None, Reason::Spawned) => self.deal(),
             (None, Reason::Woken | Reason::Yielded) => here.unwrap_or_else(|| self.deal()),
         };
-        self.queues[target].push(task);
+        let queue = &self.queues[target];
+        // On the worker's own thread: its private queue (unless another thread holds it — a
+        // runtime bug or a concurrent drain — then the inbox, like anyone else).
+        if here == Some(target)
+            && let Some(mut local) = queue.local.try_borrow()
+        {
+            local.with(|local| {
+                queue.inbox.take_all_into(local);
+                local.push_back(task);
+                queue.local_len.store(local.len(), Ordering::Release);
+            });
+            return Notify::None;
+        }
+        queue.inbox.push(task);
         notify_worker(here, target)
     }
 
+    /// From the private queue (after the inbox has been moved behind it); from the inbox
+    /// alone if another thread holds the private queue (only a runtime bug or a concurrent
+    /// [`drain`](Policy::drain) does).
+    #[inline]
     fn pop(&self, w: usize) -> Option<Popped<T>> {
-        let task = self.queues.get(w)?.pop()?;
+        let queue = self.queues.get(w)?;
+        let task = match queue.with_local(Ring::pop_front) {
+            Some(task) => task?,
+            None => queue.inbox.pop()?,
+        };
         Some(Popped {
             task,
             inherit_slice: false,
@@ -111,18 +176,33 @@ impl<T: Task> Policy<T> for RoundRobin<T> {
     }
 
     fn drain(&self) -> Vec<T> {
-        let mut all = std::collections::VecDeque::new();
+        let mut all = Vec::new();
         for q in self.queues.iter() {
-            q.take_all_into(&mut all);
+            let mut local = q.local.borrow_waiting();
+            local.with(|local| {
+                q.inbox.take_all_into(local);
+                all.extend(local.drain());
+            });
+            q.local_len.store(0, Ordering::Release);
         }
-        all.into()
+        all
+    }
+
+    fn bind_worker(&self, w: usize) -> bool {
+        self.queues.get(w).is_some_and(|q| q.local.bind())
+    }
+
+    fn unbind_worker(&self, w: usize) {
+        if let Some(q) = self.queues.get(w) {
+            q.local.unbind();
+        }
     }
 
     fn stats(&self, w: usize) -> WorkerStats {
         self.queues
             .get(w)
             .map_or_else(WorkerStats::default, |q| WorkerStats {
-                depth: q.len(),
+                depth: q.local_len.load(Ordering::Relaxed) + q.inbox.len(),
                 ..WorkerStats::default()
             })
     }

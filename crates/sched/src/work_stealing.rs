@@ -1,7 +1,6 @@
 //! [`WorkStealing`]: Go's scheduler shape — per-worker deques, run-next, a global injector,
 //! stealing half of a random victim's deque.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicU64 as StatCounter, AtomicUsize as StatLen};
 
@@ -9,6 +8,7 @@ use crate::cell::OwnerCell;
 use crate::deque::{Injector, Steal, Stealer, Worker};
 use crate::loom::{AtomicU8, AtomicUsize, Ordering, UnsafeCell, spin_wait};
 use crate::queue::Mpsc;
+use crate::ring::Ring;
 use crate::{
     Notify, Padded, Policy, Popped, Reason, SchedError, Task, WorkerStats, check_workers, home_of,
     notify_worker, valid_here,
@@ -122,7 +122,7 @@ struct PerWorker<T> {
 /// The worker-private part.
 struct Local<T> {
     deque: Worker<T>,
-    pinned: VecDeque<T>,
+    pinned: Ring<T>,
     /// Pops so far (wrapping), for the every-61st rule.
     tick: u32,
     /// xorshift64 state, for picking victims.
@@ -176,6 +176,7 @@ impl<T> RunNext<T> {
 
     /// Owner only: puts `task` (of `kind`) in the slot; returns the previous occupant and
     /// its kind.
+    #[inline]
     fn put(&self, task: T, kind: u8) -> Option<(T, u8)> {
         let mut old_kind = self.kind.load(Ordering::Acquire);
         let mut round = 0;
@@ -207,6 +208,7 @@ impl<T> RunNext<T> {
     }
 
     /// Owner only: takes the occupant, whatever it is.
+    #[inline]
     fn take(&self) -> Option<T> {
         match self.kind.load(Ordering::Acquire) {
             PINNED => {}
@@ -286,7 +288,7 @@ impl<T: Task> WorkStealing<T> {
                 Padded(PerWorker {
                     local: OwnerCell::new(Local {
                         deque,
-                        pinned: VecDeque::new(),
+                        pinned: Ring::new(),
                         tick: 0,
                         // Any non-zero seed; distinct per worker.
                         rng: (w as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
@@ -323,6 +325,7 @@ impl<T: Task> WorkStealing<T> {
     }
 
     /// Push on worker `w`'s thread, holding its private state.
+    #[inline]
     fn push_local(
         &self,
         w: usize,
@@ -372,6 +375,7 @@ impl<T: Task> WorkStealing<T> {
         }
     }
 
+    #[inline]
     fn pop_local(&self, w: usize, local: &mut Local<T>) -> Option<Popped<T>> {
         let me = &self.workers[w];
         local.tick = local.tick.wrapping_add(1);
@@ -488,6 +492,7 @@ fn grace_period() {
 
 /// Appends a task pinned to `me`'s worker to its pinned queue, after whatever its inbox holds
 /// (so pinned tasks keep push order).
+#[inline]
 fn push_pinned<T>(me: &PerWorker<T>, local: &mut Local<T>, task: T) {
     me.inbox.take_all_into(&mut local.pinned);
     local.pinned.push_back(task);
@@ -496,6 +501,7 @@ fn push_pinned<T>(me: &PerWorker<T>, local: &mut Local<T>, task: T) {
 
 /// The worker's own queues: inbox (moved to the pinned queue), pinned queue and deque,
 /// alternating between the last two.
+#[inline]
 fn pop_own<T>(me: &PerWorker<T>, local: &mut Local<T>) -> Option<T> {
     me.inbox.take_all_into(&mut local.pinned);
     let task = if local.prefer_pinned {
@@ -527,6 +533,7 @@ impl<T: Task> Policy<T> for WorkStealing<T> {
         self.workers.len()
     }
 
+    #[inline]
     fn push(&self, here: Option<usize>, task: T, reason: Reason) -> Notify {
         let n = self.workers.len();
         let home = home_of(&task, n);
@@ -553,6 +560,7 @@ impl<T: Task> Policy<T> for WorkStealing<T> {
     /// `None` also when another thread holds `w`'s private state (only a runtime bug or a
     /// concurrent [`drain`](Policy::drain) does); [`has_work`](Policy::has_work) then says
     /// `true`, so the worker comes back.
+    #[inline]
     fn pop(&self, w: usize) -> Option<Popped<T>> {
         let mut local = self.workers.get(w)?.local.try_borrow()?;
         local.with(|local| self.pop_local(w, local))
@@ -592,6 +600,16 @@ impl<T: Task> Policy<T> for WorkStealing<T> {
             || stealable()
     }
 
+    fn bind_worker(&self, w: usize) -> bool {
+        self.workers.get(w).is_some_and(|me| me.local.bind())
+    }
+
+    fn unbind_worker(&self, w: usize) {
+        if let Some(me) = self.workers.get(w) {
+            me.local.unbind();
+        }
+    }
+
     /// Tasks pushed while `drain` runs may be left queued.
     fn drain(&self) -> Vec<T> {
         let mut all = Vec::new();
@@ -607,7 +625,7 @@ impl<T: Task> Policy<T> for WorkStealing<T> {
             all.extend(me.run_next.take()); // as the owner: we hold its private state
             local.with(|local| {
                 me.inbox.take_all_into(&mut local.pinned);
-                all.extend(local.pinned.drain(..));
+                all.extend(local.pinned.drain());
                 me.pinned_len.store(0, Ordering::Relaxed);
                 while let Some(task) = local.deque.pop() {
                     all.push(task);

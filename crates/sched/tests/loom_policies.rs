@@ -17,8 +17,9 @@ use spindle_sched::{Fifo, Policy, Reason, RoundRobin, WorkStealing};
 
 /// Before the threads start, worker 0 holds task 0 (pushed by itself, unpinned: stealable).
 /// Then, concurrently: a foreign thread pushes task 1 (unpinned) and task 2 (pinned to
-/// worker 1); workers 0 and 1 pop twice each. What is left is drained.
-fn foreign_push_two_poppers<P: Policy<Job>>(make: fn() -> P) {
+/// worker 1); workers 0 and 1 pop twice each — bound to their threads if `bind` (as a runtime
+/// runs them), else through the try-lock. What is left is drained.
+fn foreign_push_two_poppers<P: Policy<Job>>(make: fn() -> P, bind: bool) {
     model(move || {
         let policy = Arc::new(make());
         policy.push(Some(0), Job { id: 0, home: None }, Reason::Spawned);
@@ -41,12 +42,16 @@ fn foreign_push_two_poppers<P: Policy<Job>>(make: fn() -> P) {
             .map(|w| {
                 let policy = policy.clone();
                 thread::spawn(move || {
+                    if bind {
+                        assert!(policy.bind_worker(w), "a free worker binds");
+                    }
                     let mut got = Vec::new();
                     for _ in 0..2 {
                         if let Some(p) = policy.pop(w) {
                             got.push((w, p.task));
                         }
                     }
+                    policy.unbind_worker(w);
                     got
                 })
             })
@@ -62,23 +67,34 @@ fn foreign_push_two_poppers<P: Policy<Job>>(make: fn() -> P) {
 
 #[test]
 fn fifo_foreign_push_two_poppers() {
-    foreign_push_two_poppers(|| Fifo::new(2).unwrap());
+    foreign_push_two_poppers(|| Fifo::new(2).unwrap(), false);
 }
 
 #[test]
 fn round_robin_foreign_push_two_poppers() {
-    foreign_push_two_poppers(|| RoundRobin::new(2).unwrap());
+    foreign_push_two_poppers(|| RoundRobin::new(2).unwrap(), false);
+}
+
+#[test]
+fn round_robin_foreign_push_two_bound_poppers() {
+    foreign_push_two_poppers(|| RoundRobin::new(2).unwrap(), true);
 }
 
 #[test]
 fn work_stealing_foreign_push_two_poppers() {
-    foreign_push_two_poppers(|| WorkStealing::new(2).unwrap());
+    foreign_push_two_poppers(|| WorkStealing::new(2).unwrap(), false);
+}
+
+#[test]
+fn work_stealing_foreign_push_two_bound_poppers() {
+    foreign_push_two_poppers(|| WorkStealing::new(2).unwrap(), true);
 }
 
 /// Work stealing's local paths under a concurrent thief: worker 0 pushes a stealable task
 /// into its deque, wakes a task pinned to it into its run-next, then wakes a stealable one
 /// (which kicks the pinned one to its pinned queue), then pops; meanwhile worker 1 steals
-/// (deque, then run-next) and must never take the pinned task.
+/// (deque, then run-next) and must never take the pinned task. The owner is bound to its
+/// thread, as in a runtime.
 #[test]
 fn work_stealing_owner_and_thief() {
     model(|| {
@@ -86,6 +102,7 @@ fn work_stealing_owner_and_thief() {
         let owner = {
             let policy = policy.clone();
             thread::spawn(move || {
+                assert!(policy.bind_worker(0));
                 let pinned = Job {
                     id: 1,
                     home: Some(0),
@@ -97,6 +114,7 @@ fn work_stealing_owner_and_thief() {
                 if let Some(p) = policy.pop(0) {
                     got.push((0, p.task));
                 }
+                policy.unbind_worker(0);
                 got
             })
         };
@@ -127,12 +145,14 @@ fn work_stealing_run_next_put_take_against_thief() {
         let owner = {
             let policy = policy.clone();
             thread::spawn(move || {
+                assert!(policy.bind_worker(0));
                 policy.push(Some(0), Job { id: 0, home: None }, Reason::Woken);
                 policy.push(Some(0), Job { id: 1, home: None }, Reason::Woken);
                 let mut got = Vec::new();
                 if let Some(p) = policy.pop(0) {
                     got.push((0, p.task));
                 }
+                policy.unbind_worker(0);
                 got
             })
         };
