@@ -4,10 +4,9 @@ use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use crate::task::{Failure, State, TaskCell, TaskRef, lock};
+use crate::task::{Failure, State, TaskRef, TypedTask, lock};
 use crate::worker;
 
 /// An owned permission to join a coroutine (wait for its result) or cancel it.
@@ -15,7 +14,7 @@ use crate::worker;
 /// Dropping the handle detaches the coroutine: it keeps running; its panic, if any, has already
 /// been reported by the panic hook where it happened.
 pub struct JoinHandle<T> {
-    pub(crate) task: Arc<TaskCell<T>>,
+    pub(crate) task: TypedTask<T>,
 }
 
 /// Why a coroutine produced no value.
@@ -120,13 +119,13 @@ impl<T: Send + 'static> JoinHandle<T> {
     /// If a coroutine joins its own handle (that would never return).
     pub fn join(self) -> Result<T, JoinError> {
         if let Some(me) = worker::current_task_header()
-            && std::ptr::eq(me, &self.task.header)
+            && std::ptr::eq(me, self.task.header())
         {
             panic!("a coroutine cannot join its own JoinHandle: it would wait for itself forever");
         }
         loop {
             {
-                let mut slot = lock(&self.task.join.slot);
+                let mut slot = lock(&self.task.join().slot);
                 if let Some(result) = slot.result.take() {
                     drop(slot);
                     crate::coop::consume_budget_here();
@@ -140,7 +139,7 @@ impl<T: Send + 'static> JoinHandle<T> {
 
     /// Whether the coroutine has finished (its result waits for `join`).
     pub fn is_finished(&self) -> bool {
-        lock(&self.task.join.slot).done
+        lock(&self.task.join().slot).done
     }
 
     /// Asks the coroutine to stop: it unwinds from the suspension point where it waits now (a
@@ -149,17 +148,17 @@ impl<T: Send + 'static> JoinHandle<T> {
     /// [`CancelGuard`] is cancelled when it drops the last one. A coroutine that never
     /// suspends cannot be cancelled. Cancelling a finished coroutine does nothing.
     pub fn cancel(&self) {
-        cancel_task(&TaskRef(self.task.clone()));
+        cancel_task(self.task.task_ref());
     }
 
     /// The coroutine's id (unique in the process).
     pub fn id(&self) -> u64 {
-        self.task.header.id
+        self.task.header().id
     }
 
     /// The coroutine's name, if it was given one.
     pub fn name(&self) -> Option<&str> {
-        self.task.header.name.as_deref()
+        self.task.header().name.as_deref()
     }
 }
 
@@ -183,7 +182,7 @@ impl<T: Send + 'static> Future for JoinHandle<T> {
     type Output = Result<T, JoinError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut slot = lock(&self.task.join.slot);
+        let mut slot = lock(&self.task.join().slot);
         if let Some(result) = slot.result.take() {
             return Poll::Ready(result.map_err(JoinError::from));
         }
@@ -202,8 +201,8 @@ impl<T: Send + 'static> Future for JoinHandle<T> {
 impl<T> fmt::Debug for JoinHandle<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("JoinHandle")
-            .field("id", &self.task.header.id)
-            .field("name", &self.task.header.name)
+            .field("id", &self.task.header().id)
+            .field("name", &self.task.header().name)
             .finish()
     }
 }

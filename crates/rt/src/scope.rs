@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use crate::join::{JoinError, JoinHandle};
 use crate::runtime::Shared;
 use crate::spawn::{Builder, spawn_on};
-use crate::task::{Failure, TaskCell, lock};
+use crate::task::{Failure, TypedTask, lock};
 use crate::worker;
 
 /// The result slot of a scoped coroutine: written once by the coroutine, read by the joiner
@@ -153,7 +153,7 @@ where
     let mut child_panic = None;
     for task in tasks {
         wait_done(&task);
-        let mut slot = lock(&task.join.slot);
+        let mut slot = lock(&task.join().slot);
         if let Some(Err(Failure::Panicked(_))) = &slot.result
             && child_panic.is_none()
             && let Some(Err(Failure::Panicked(p))) = slot.result.take()
@@ -171,10 +171,10 @@ where
 }
 
 /// Parks until `task` has finished, without taking its result.
-fn wait_done<T>(task: &Arc<TaskCell<T>>) {
+fn wait_done<T>(task: &TypedTask<T>) {
     loop {
         {
-            let mut slot = lock(&task.join.slot);
+            let mut slot = lock(&task.join().slot);
             if slot.done {
                 return;
             }
@@ -186,7 +186,7 @@ fn wait_done<T>(task: &Arc<TaskCell<T>>) {
 
 /// The children of one scope.
 struct Children {
-    tasks: Mutex<Vec<Arc<TaskCell<()>>>>,
+    tasks: Mutex<Vec<TypedTask<()>>>,
     failed: AtomicBool,
 }
 
@@ -195,7 +195,7 @@ impl Children {
         self.failed.store(true, Ordering::Release);
         let tasks: Vec<_> = lock(&self.tasks).clone();
         for t in tasks {
-            crate::join::cancel_task(&crate::task::TaskRef(t));
+            crate::join::cancel_task(t.task_ref());
         }
     }
 }

@@ -10,13 +10,11 @@ use spindle_coro::SendCoroutine;
 use spindle_sched::Reason;
 #[cfg(feature = "stack-growable")]
 use spindle_stack::GrowableStack;
-#[cfg(feature = "stack-shared")]
-use spindle_stack::SharedStack;
 use spindle_stack::{PooledStack, StackError, StackPool};
 
 use crate::join::JoinHandle;
 use crate::runtime::{Handle, Runtime, Shared, StackKind};
-use crate::task::{Body, Header, NO_HOME, TaskRef, coroutine_body, new_task};
+use crate::task::{Body, Header, NO_HOME, coroutine_body, new_task};
 use crate::worker;
 
 /// Spawns a coroutine on the current runtime and returns a handle to join or cancel it.
@@ -314,10 +312,18 @@ enum StackPlan {
     AtFirstRun(Option<StackKind>),
 }
 
-/// Makes a task's coroutine on a stack of its own.
-fn own_coroutine<F, T>(
-    b: spindle_coro::Builder,
-    header: crate::task::SendPtr<Header>,
+/// A coroutine builder for the task with `header` (its name).
+pub(crate) fn coroutine_builder(header: &Header) -> spindle_coro::Builder {
+    let b = spindle_coro::Builder::new();
+    match &header.name {
+        Some(name) => b.name(name.to_string()),
+        None => b,
+    }
+}
+
+/// Makes the coroutine of the task with `header`, running `f`, on a stack of its own.
+pub(crate) fn own_coroutine<F, T>(
+    header: &Header,
     f: F,
     stack: TaskStack,
 ) -> crate::task::OwnCoroutine<T>
@@ -325,7 +331,7 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let co = b.build_with_stack(stack, coroutine_body(header.0, f));
+    let co = coroutine_builder(header).build_with_stack(stack, coroutine_body(header, f));
     // SAFETY: the coroutine has not started; its closure and result are Send (`F: Send`,
     // `T: Send`), so it may start on any worker — at spawn we do not know which, and at its
     // first run it is made by the worker that is about to run it. From its first run on it
@@ -386,36 +392,21 @@ where
         shared: shared.clone(),
         locals: UnsafeCell::new(crate::local::Locals::default()),
     };
-    let name = builder.name;
-    let task = new_task(header, move |header| {
-        let mut b = spindle_coro::Builder::new();
-        if let Some(name) = &name {
-            b = b.name(name.to_string());
-        }
-        let header = crate::task::SendPtr(header);
-        match plan {
-            #[cfg(feature = "stack-shared")]
-            StackPlan::Shared => Body::SharedPending(Box::new(move |region: &SharedStack| {
-                let header = header;
-                // SAFETY: the spawner accepted `Builder::shared_stack`'s contract, which is
-                // `Coroutine::with_shared_stack`'s; the runtime itself lends nothing on a
-                // coroutine's stack (waiters and wakers live in heap task state).
-                unsafe { b.build_shared(region, coroutine_body(header.0, f)) }
-            })),
-            StackPlan::Reserved(stack) => Body::Own(own_coroutine(b, header, f, stack)),
-            StackPlan::AtFirstRun(kind) => Body::OwnPending(
-                kind,
-                Box::new(move |stack: TaskStack| own_coroutine(b, header, f, stack)),
-            ),
-        }
+    let (task_ref, typed) = new_task(header, f, move |header, f| match plan {
+        // The builder's `shared_stack` is `unsafe`: its caller accepted the contract that
+        // `Body::SharedPending` stands for.
+        #[cfg(feature = "stack-shared")]
+        StackPlan::Shared => Body::SharedPending(f),
+        StackPlan::Reserved(stack) => Body::Own(own_coroutine(header, f, stack)),
+        StackPlan::AtFirstRun(kind) => Body::OwnPending(kind, f),
     });
-    let task_ref = TaskRef(task.clone());
     let key = shared.tasks.insert(here, task_ref.clone());
-    task.header
+    task_ref
+        .header()
         .registry_key
         .store(key.to_bits(), std::sync::atomic::Ordering::Relaxed);
     shared.schedule_from(here, task_ref, Reason::Spawned);
-    Ok(JoinHandle { task })
+    Ok(JoinHandle { task: typed })
 }
 
 impl Runtime {

@@ -45,7 +45,7 @@ use std::time::Instant;
 use spindle_coro::Coroutine;
 use spindle_coro::{CoroutineResult, SendCoroutine, Yielder};
 #[cfg(feature = "stack-shared")]
-use spindle_stack::{SharedSlot, SharedStack};
+use spindle_stack::SharedSlot;
 
 use crate::runtime::Shared;
 use crate::runtime::StackKind;
@@ -245,8 +245,9 @@ impl Header {
 ///
 /// # Safety
 ///
-/// The implementing type starts with its [`Header`] (`#[repr(C)]`, header first):
-/// [`TaskRef::header`] reads it through the data pointer, without a virtual call.
+/// The implementing type starts with a [`TaskPrefix<T>`] (`#[repr(C)]`, prefix first), `T`
+/// being its result type: [`TaskRef::header`] reads the header through the data pointer,
+/// without a virtual call, and [`TypedTask::join`] the join cell.
 pub(crate) unsafe trait RawTask: Send + Sync + 'static {
     /// Runs the coroutine until it suspends or finishes.
     ///
@@ -307,25 +308,22 @@ pub(crate) type OwnCoroutine<T> = SendCoroutine<(), Suspend, Result<T, Failure>,
 #[cfg(feature = "stack-shared")]
 pub(crate) type SharedCoroutine<T> = Coroutine<(), Suspend, Result<T, Failure>, SharedSlot>;
 
-/// Makes a shared-stack task's coroutine on its home worker's region, at its first run.
-#[cfg(feature = "stack-shared")]
-pub(crate) type MakeShared<T> = Box<dyn FnOnce(&SharedStack) -> SharedCoroutine<T> + Send>;
-
-/// Makes a task's coroutine on the stack it is given, at its first run.
-pub(crate) type MakeOwn<T> = Box<dyn FnOnce(TaskStack) -> OwnCoroutine<T> + Send>;
-
-/// The coroutine of a task, and what becomes of it.
-pub(crate) enum Body<T> {
+/// The coroutine of a task running closure `F`, and what becomes of it.
+///
+/// The closure waits here, in the task's own allocation, until the coroutine is made: one
+/// allocation per spawn, not two (a boxed maker closure was the second).
+pub(crate) enum Body<T, F> {
     /// On a stack of its own, not made yet: the worker that first runs the task takes a stack
     /// of this kind (`None`: the runtime's pool) and makes the coroutine on it. Taking the
     /// stack late keeps a burst of spawns from holding a stack each before any of them runs:
     /// they run one after another on the same few (cache-warm) pooled stacks.
-    OwnPending(Option<StackKind>, MakeOwn<T>),
+    OwnPending(Option<StackKind>, F),
     /// On a stack of its own (made at spawn or at the first run; may start on any worker).
     Own(OwnCoroutine<T>),
-    /// On a shared stack, not made yet: the home worker makes it on its region.
+    /// On a shared stack, not made yet: the home worker makes it on its region. Only made by
+    /// a spawn that accepted `Builder::shared_stack`'s contract.
     #[cfg(feature = "stack-shared")]
-    SharedPending(MakeShared<T>),
+    SharedPending(F),
     /// On a shared stack, made.
     #[cfg(feature = "stack-shared")]
     Shared(ThreadBound<SharedCoroutine<T>>),
@@ -346,46 +344,61 @@ pub(crate) struct ThreadBound<C>(pub(crate) C);
 #[cfg(feature = "stack-shared")]
 unsafe impl<C> Send for ThreadBound<C> {}
 
-/// A task with result type `T`. `repr(C)` with the header first: see [`RawTask`].
+/// What a task with result type `T` has whatever its closure: the header and the join cell.
+/// `repr(C)`, header first: the start of every task (see [`RawTask`]).
 #[repr(C)]
-pub(crate) struct TaskCell<T> {
+pub(crate) struct TaskPrefix<T> {
     pub(crate) header: Header,
-    /// Touched only by the worker holding RUNNING (see `RawTask::run`).
-    pub(crate) body: UnsafeCell<Body<T>>,
     pub(crate) join: JoinCell<T>,
 }
 
-// SAFETY: `body` is only accessed by the worker that holds the task's RUNNING flag (one at a
-// time, synchronized by the CAS on the state and the queues' hand-off); the coroutine in it is
-// a `SendCoroutine`, whose contract the spawn path upholds (see `spawn::new_task`). The rest is
-// Sync.
-unsafe impl<T: Send> Sync for TaskCell<T> {}
-// SAFETY: as above.
-unsafe impl<T: Send> Send for TaskCell<T> {}
+/// A task with result type `T` running closure `F`. `repr(C)`, the prefix first: see
+/// [`RawTask`].
+#[repr(C)]
+pub(crate) struct TaskCell<T, F> {
+    pub(crate) prefix: TaskPrefix<T>,
+    /// Touched only by the worker holding RUNNING (see `RawTask::run`).
+    body: UnsafeCell<Body<T, F>>,
+}
 
-// SAFETY: `TaskCell` is `repr(C)` with `header` its first field.
-unsafe impl<T: Send + 'static> RawTask for TaskCell<T> {
+// SAFETY: `body` is only accessed by the worker that holds the task's RUNNING flag (one at a
+// time, synchronized by the CAS on the state and the queues' hand-off); the closure in it is
+// `Send`, and the coroutine is a `SendCoroutine`, whose contract the spawn path upholds (see
+// `spawn::own_coroutine`), or a shared-stack one that never leaves its worker (`ThreadBound`).
+// The rest is Sync.
+unsafe impl<T: Send, F: Send> Sync for TaskCell<T, F> {}
+// SAFETY: as above.
+unsafe impl<T: Send, F: Send> Send for TaskCell<T, F> {}
+
+// SAFETY: `TaskCell` is `repr(C)` with its prefix first, and the prefix is `repr(C)` with the
+// header first.
+unsafe impl<T, F> RawTask for TaskCell<T, F>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
     unsafe fn run(&self) -> Option<Suspend> {
         // SAFETY: the caller holds RUNNING, so nobody else touches the body.
         let body = unsafe { &mut *self.body.get() };
+        let header = &self.prefix.header;
         // Resumed in place: the coroutine struct is not moved out of the task and back on every
         // switch.
         let result = match body {
             Body::Own(co) => co.get_mut().resume(()),
             Body::OwnPending(..) => {
-                let Body::OwnPending(kind, make) = std::mem::replace(body, Body::Gone) else {
+                let Body::OwnPending(kind, f) = std::mem::replace(body, Body::Gone) else {
                     unreachable!()
                 };
-                match crate::spawn::stack_for(&self.header.shared, kind) {
+                match crate::spawn::stack_for(&header.shared, kind) {
                     Ok(stack) => {
-                        *body = Body::Own(make(stack));
+                        *body = Body::Own(crate::spawn::own_coroutine(header, f, stack));
                         let Body::Own(co) = body else { unreachable!() };
                         co.get_mut().resume(())
                     }
                     Err(e) => {
                         // The closure is dropped here, on the worker, without having run.
-                        drop(make);
-                        self.finish(Err(Failure::NoStack(e.into())));
+                        drop(f);
+                        self.prefix.finish(Err(Failure::NoStack(e.into())));
                         return None;
                     }
                 }
@@ -394,13 +407,19 @@ unsafe impl<T: Send + 'static> RawTask for TaskCell<T> {
             Body::Shared(ThreadBound(co)) => co.resume(()),
             #[cfg(feature = "stack-shared")]
             Body::SharedPending(_) => {
-                let Body::SharedPending(make) = std::mem::replace(body, Body::Gone) else {
+                let Body::SharedPending(f) = std::mem::replace(body, Body::Gone) else {
                     unreachable!()
                 };
                 let Some(region) = crate::worker::current().map(|w| w.shared_region()) else {
                     unreachable!("tasks run on worker threads")
                 };
-                *body = Body::Shared(ThreadBound(make(&region)));
+                let b = crate::spawn::coroutine_builder(header);
+                // SAFETY: `SharedPending` is only made by a spawn whose caller accepted
+                // `Builder::shared_stack`'s contract, which is `Coroutine::with_shared_stack`'s;
+                // the runtime itself lends nothing on a coroutine's stack (waiters and wakers
+                // live in heap task state).
+                let co = unsafe { b.build_shared(&region, coroutine_body(header, f)) };
+                *body = Body::Shared(ThreadBound(co));
                 let Body::Shared(ThreadBound(co)) = body else {
                     unreachable!()
                 };
@@ -415,7 +434,7 @@ unsafe impl<T: Send + 'static> RawTask for TaskCell<T> {
         match result {
             CoroutineResult::Yield(why) => Some(why),
             CoroutineResult::Return(outcome) => {
-                self.finish(outcome);
+                self.prefix.finish(outcome);
                 None
             }
         }
@@ -426,7 +445,7 @@ unsafe impl<T: Send + 'static> RawTask for TaskCell<T> {
     }
 }
 
-impl<T: Send + 'static> TaskCell<T> {
+impl<T> TaskPrefix<T> {
     /// Publishes the outcome and wakes the joiner.
     fn finish(&self, outcome: Result<T, Failure>) {
         self.header.complete();
@@ -448,20 +467,58 @@ impl<T: Send + 'static> TaskCell<T> {
     }
 }
 
-impl<T: Send + 'static> Wake for TaskCell<T> {
+impl<T, F> Wake for TaskCell<T, F>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
     fn wake(self: Arc<Self>) {
-        if self.header.notify(State::NOTIFIED) {
-            let shared = self.header.shared.clone();
+        if self.prefix.header.notify(State::NOTIFIED) {
+            let shared = self.prefix.header.shared.clone();
             shared.schedule(TaskRef(self), spindle_sched::Reason::Woken);
         }
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        if self.header.notify(State::NOTIFIED) {
-            self.header
+        if self.prefix.header.notify(State::NOTIFIED) {
+            self.prefix
+                .header
                 .shared
                 .schedule(TaskRef(self.clone()), spindle_sched::Reason::Woken);
         }
+    }
+}
+
+/// A task whose result type is known: what a `JoinHandle` and a scope hold. Made only by
+/// [`new_task`], with the task it describes, so `T` is that task's result type.
+pub(crate) struct TypedTask<T> {
+    task: TaskRef,
+    /// Send and Sync as a shared join cell of `T` would be (the task itself is).
+    _result: std::marker::PhantomData<Arc<JoinCell<T>>>,
+}
+
+impl<T> Clone for TypedTask<T> {
+    fn clone(&self) -> Self {
+        TypedTask {
+            task: self.task.clone(),
+            _result: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<T> TypedTask<T> {
+    pub(crate) fn header(&self) -> &Header {
+        self.task.header()
+    }
+
+    pub(crate) fn join(&self) -> &JoinCell<T> {
+        // SAFETY: the task is a `TaskCell<T, F>` for this `T` (see the type's docs), which
+        // starts with a `TaskPrefix<T>` (`RawTask`'s contract), alive while `self` is.
+        unsafe { &(*Arc::as_ptr(&self.task.0).cast::<TaskPrefix<T>>()).join }
+    }
+
+    pub(crate) fn task_ref(&self) -> &TaskRef {
+        &self.task
     }
 }
 
@@ -520,24 +577,36 @@ pub(crate) struct SendPtr<T>(pub(crate) *const T);
 // the task is alive (see `coroutine_body`).
 unsafe impl<T> Send for SendPtr<T> {}
 
-/// Makes a typed task; `make` builds its body, given the task's header.
-pub(crate) fn new_task<T: Send + 'static>(
+/// Makes a task running `f`; `make` builds its body, given the task's header and `f`.
+pub(crate) fn new_task<T, F>(
     header: Header,
-    make: impl FnOnce(*const Header) -> Body<T>,
-) -> Arc<TaskCell<T>> {
+    f: F,
+    make: impl FnOnce(&Header, F) -> Body<T, F>,
+) -> (TaskRef, TypedTask<T>)
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
     let cell = Arc::new(TaskCell {
-        header,
-        body: UnsafeCell::new(Body::Gone),
-        join: JoinCell {
-            slot: Mutex::new(JoinSlot {
-                result: None,
-                done: false,
-                waiter: None,
-            }),
+        prefix: TaskPrefix {
+            header,
+            join: JoinCell {
+                slot: Mutex::new(JoinSlot {
+                    result: None,
+                    done: false,
+                    waiter: None,
+                }),
+            },
         },
+        body: UnsafeCell::new(Body::Gone),
     });
-    let body = make(&cell.header);
+    let body = make(&cell.prefix.header, f);
     // SAFETY: no worker can see the task yet; we are its only user.
     unsafe { *cell.body.get() = body };
-    cell
+    let task = TaskRef(cell);
+    let typed = TypedTask {
+        task: task.clone(),
+        _result: std::marker::PhantomData,
+    };
+    (task, typed)
 }
