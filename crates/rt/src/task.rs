@@ -86,36 +86,41 @@ pub(crate) enum Failure {
 pub(crate) struct CancelUnwind;
 
 /// What every task has, whatever its result type.
+///
+/// `repr(C)`, in this order: what a worker and a yield touch every time (state to pins) come
+/// first, in one 64-byte line of the task's allocation, so that switching among many tasks
+/// misses the cache as little as it can; spawn-, park- and finish-time fields follow.
+#[repr(C)]
 pub(crate) struct Header {
     pub(crate) state: AtomicU32,
-    pub(crate) id: u64,
-    pub(crate) name: Option<Arc<str>>,
+    /// Depth of `CancelGuard`s held by the running coroutine: cancellation waits while > 0.
+    pub(crate) no_cancel: Cell<u32>,
     /// The worker the task must run on (`NO_HOME`: any).
     pub(crate) home: AtomicUsize,
-    /// The task may move to another worker at any suspension point (the `unsafe` builder
-    /// option), so it never gets a home.
-    pub(crate) migratable: bool,
     /// The yielder of the running coroutine (set by the coroutine at its start).
     pub(crate) yielder: AtomicPtr<TaskYielder>,
+    pub(crate) id: u64,
     /// Incremented by every park with a deadline; a timer entry carries the value it was made
     /// with, so a timer left over from an earlier park wakes nothing.
     pub(crate) park_seq: AtomicU64,
-    /// Depth of `CancelGuard`s held by the running coroutine: cancellation waits while > 0.
-    pub(crate) no_cancel: Cell<u32>,
-    /// The coroutine runs on a copying (shared) stack.
-    pub(crate) copying: bool,
     /// Depth of `spindle_park::PinGuard`s held by a migratable coroutine: while > 0 its home
     /// is the worker it runs on (touched only by the running coroutine).
     pub(crate) pins: Cell<u32>,
-    /// The timer armed by the current park: (worker, key). Written by the worker after the
-    /// coroutine parked, read by the coroutine when it resumes (never at the same time).
-    pub(crate) timer: Cell<Option<(usize, spindle_timer::TimerKey)>>,
+    /// The task may move to another worker at any suspension point (the `unsafe` builder
+    /// option), so it never gets a home.
+    pub(crate) migratable: bool,
+    /// The coroutine runs on a copying (shared) stack.
+    pub(crate) copying: bool,
     /// Where the task sits in the runtime's registry (`registry::Key` bits), written once at
     /// spawn before the task is scheduled, read when it finishes (the queues' hand-off orders
     /// the two).
     pub(crate) registry_key: AtomicU64,
     /// The runtime.
     pub(crate) shared: Arc<Shared>,
+    /// The timer armed by the current park: (worker, key). Written by the worker after the
+    /// coroutine parked, read by the coroutine when it resumes (never at the same time).
+    pub(crate) timer: Cell<Option<(usize, spindle_timer::TimerKey)>>,
+    pub(crate) name: Option<Arc<str>>,
     /// This task's coroutine-local values (touched only by the running coroutine).
     pub(crate) locals: UnsafeCell<crate::local::Locals>,
 }
