@@ -228,9 +228,11 @@ impl Header {
         self.update(|s| Some((s & !(State::RUNNING | State::QUEUED)) | State::COMPLETE));
     }
 
-    /// Consumes the permit, if set.
+    /// Consumes the permit, if set. Looks first: a park usually finds none, and then costs no
+    /// read-modify-write (a permit set after the look is seen by `park_done`, which re-queues).
     pub(crate) fn take_permit(&self) -> bool {
-        self.state.fetch_and(!State::NOTIFIED, Ordering::AcqRel) & State::NOTIFIED != 0
+        self.state.load(Ordering::Relaxed) & State::NOTIFIED != 0
+            && self.state.fetch_and(!State::NOTIFIED, Ordering::AcqRel) & State::NOTIFIED != 0
     }
 
     /// Whether a cancel was requested and may be acted on now.

@@ -515,7 +515,11 @@ fn park_current(header: *const Header, deadline: Option<Instant>) -> Wake {
         {
             return Wake::TimedOut;
         }
-        header.park_seq.fetch_add(1, Ordering::AcqRel);
+        // Only this coroutine writes its park number: a load and a store, no read-modify-write.
+        let seq = header.park_seq.load(Ordering::Relaxed);
+        header
+            .park_seq
+            .store(seq.wrapping_add(1), Ordering::Release);
         suspend_current(header, Suspend::Park(deadline));
         // Resumed — possibly on another worker if the task is migratable: use no worker state
         // from before the switch.
