@@ -377,7 +377,7 @@ where
         _ => NO_HOME,
     };
     let header = Header {
-        state: AtomicU32::new(crate::task::State::QUEUED),
+        state: AtomicU32::new(crate::task::State::ACTIVE),
         id: NEXT_TASK_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         name: builder.name.clone(),
         home: AtomicUsize::new(home),

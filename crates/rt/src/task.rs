@@ -8,28 +8,28 @@
 //! | flags | meaning |
 //! |---|---|
 //! | none ("idle") | parked: in no queue, not running; only a wake-up or its timer brings it back |
-//! | `QUEUED` | in a run queue (or being pushed to one) |
-//! | `RUNNING` | a worker is running its coroutine (only that worker touches it), or it yielded and waits in a run queue (only the worker that pops it touches it) |
+//! | `ACTIVE` | scheduled: in a run queue, being pushed to one, or running — one party (a queue or the worker running it) holds the task |
 //! | `NOTIFIED` | the wake-up permit of `spindle_park` (set by the waker, consumed by `park`) |
 //! | `CANCELLED` | `JoinHandle::cancel` was called |
 //! | `COMPLETE` | the coroutine finished; the result is in the join cell |
 //!
-//! Transitions (all with compare-and-swap loops):
-//! * **wake** (the task's `Waker`, any thread): set `NOTIFIED`; if idle, also set `QUEUED` and
-//!   push the task to the policy. If running or queued, the permit is all it takes.
-//! * **timer fire** (the worker that owns the timer): if idle, set `QUEUED` and push (no permit:
+//! Transitions (compare-and-swap loops):
+//! * **wake** (the task's `Waker`, any thread): set `NOTIFIED`; if idle, also set `ACTIVE` and
+//!   push the task to the policy. If active, the permit is all it takes.
+//! * **timer fire** (the worker that owns the timer): if idle, set `ACTIVE` and push (no permit:
 //!   the parked code then sees its deadline passed).
 //! * **cancel**: like wake, plus `CANCELLED`.
-//! * **pop** (a worker takes the task from the policy): `QUEUED` → `RUNNING` (a yielded task is
-//!   `RUNNING` already).
-//! * **yield** (the worker, after the coroutine switched back): no change; the task goes back
-//!   to a queue still `RUNNING`, so a wake-up meanwhile only leaves its permit.
-//! * **suspended** (the worker, on its own stack, after the coroutine switched back): `RUNNING`
-//!   → idle — unless `NOTIFIED` or `CANCELLED` arrived while it ran, then → `QUEUED` and pushed
-//!   again. This is invariant 1, *suspend, then publish*: a task becomes idle — the state in
-//!   which a waker schedules it — only after its context is saved, so no worker can resume a
-//!   coroutine that is still running. A wake-up that comes earlier finds `RUNNING` and leaves
-//!   the permit, which the worker sees here.
+//! * **pop**, **yield** (back to a queue): no change. Queued and running are one state: a
+//!   task is pushed only by whoever moved it out of idle (one CAS decides) or by the worker
+//!   that runs it (a yield, a spawn), so it is in at most one queue or on one worker at a time,
+//!   and only the worker that popped it touches its coroutine. (It was two flags, with a CAS
+//!   on every pop and two per yield to move between them; nothing read the difference.)
+//! * **suspended** (the worker, on its own stack, after the coroutine switched back): `ACTIVE`
+//!   → idle — unless `NOTIFIED` or `CANCELLED` arrived while it ran, then it stays `ACTIVE` and
+//!   is pushed again. This is invariant 1, *suspend, then publish*: a task becomes idle — the
+//!   state in which a waker schedules it — only after its context is saved, so no worker can
+//!   resume a coroutine that is still running. A wake-up that comes earlier finds `ACTIVE` and
+//!   leaves the permit, which the worker sees here.
 //! * **finished**: → `COMPLETE`.
 
 use std::any::Any;
@@ -55,8 +55,7 @@ use crate::spawn::TaskStack;
 pub(crate) struct State;
 
 impl State {
-    pub(crate) const QUEUED: u32 = 1;
-    pub(crate) const RUNNING: u32 = 1 << 1;
+    pub(crate) const ACTIVE: u32 = 1;
     pub(crate) const NOTIFIED: u32 = 1 << 2;
     pub(crate) const CANCELLED: u32 = 1 << 3;
     pub(crate) const COMPLETE: u32 = 1 << 4;
@@ -126,8 +125,9 @@ pub(crate) struct Header {
 }
 
 // SAFETY: `no_cancel`, `pins`, `timer` and `locals` are only touched by the coroutine of this task while it runs,
-// and a task runs on one thread at a time (the RUNNING flag, taken with a CAS, excludes other
-// workers; the hand-off between workers goes through the policy's queues, which synchronize).
+// and a task runs on one thread at a time (it is in at most one queue or on one worker: see the
+// module docs; the hand-off between workers goes through the policy's queues, which
+// synchronize).
 // Everything else is atomic or immutable.
 unsafe impl Sync for Header {}
 
@@ -156,7 +156,7 @@ impl Header {
         }
     }
 
-    /// Sets `extra` (NOTIFIED, CANCELLED) and, if the task is idle, QUEUED. Returns true if the
+    /// Sets `extra` (NOTIFIED, CANCELLED) and, if the task is idle, ACTIVE. Returns true if the
     /// caller must push the task.
     pub(crate) fn notify(&self, extra: u32) -> bool {
         self.update(|s| {
@@ -164,12 +164,12 @@ impl Header {
                 return None;
             }
             let mut next = s | extra;
-            if s & (State::QUEUED | State::RUNNING) == 0 {
-                next |= State::QUEUED;
+            if s & State::ACTIVE == 0 {
+                next |= State::ACTIVE;
             }
             (next != s).then_some(next)
         })
-        .is_some_and(|(old, new)| old & State::QUEUED == 0 && new & State::QUEUED != 0)
+        .is_some_and(|(old, new)| old & State::ACTIVE == 0 && new & State::ACTIVE != 0)
     }
 
     /// A timer fired for park number `seq`: schedules the task if it is still idle in that park.
@@ -177,55 +177,45 @@ impl Header {
         if self.park_seq.load(Ordering::Acquire) != seq {
             return false;
         }
-        self.update(|s| {
-            (s & (State::QUEUED | State::RUNNING | State::COMPLETE) == 0)
-                .then_some(s | State::QUEUED)
-        })
-        .is_some()
-    }
-
-    /// QUEUED → RUNNING (a worker took the task). False if the task is already complete (a
-    /// stale queue entry cannot exist, but be defensive). A task that yielded is still
-    /// RUNNING (see [`yield_done`](Header::yield_done)): nothing to change then.
-    pub(crate) fn start_running(&self) -> bool {
-        let s = self.state.load(Ordering::Acquire);
-        if s & (State::QUEUED | State::COMPLETE) == 0 && s & State::RUNNING != 0 {
-            return true;
-        }
-        self.update(|s| (s & State::COMPLETE == 0).then_some((s & !State::QUEUED) | State::RUNNING))
+        self.update(|s| (s & (State::ACTIVE | State::COMPLETE) == 0).then_some(s | State::ACTIVE))
             .is_some()
     }
 
-    /// After a park: RUNNING → idle, or → QUEUED if a wake-up or a cancel came meanwhile.
-    /// Returns true if the caller must push the task again.
-    pub(crate) fn park_done(&self) -> bool {
-        let (_, new) = self
-            .update(|s| {
-                let idle = s & !State::RUNNING;
-                // A cancel the coroutine defers (a `CancelGuard`) already woke it once (it
-                // sets NOTIFIED too); re-queueing for it on every park would spin.
-                let cancel_now = s & State::CANCELLED != 0 && self.no_cancel.get() == 0;
-                Some(if s & State::NOTIFIED != 0 || cancel_now {
-                    idle | State::QUEUED
-                } else {
-                    idle
-                })
-            })
-            .unwrap_or_default();
-        new & State::QUEUED != 0
+    /// A worker popped the task: false if it is already complete (a stale queue entry cannot
+    /// exist, but be defensive). No write: queued and running are one state (module docs).
+    pub(crate) fn start_running(&self) -> bool {
+        self.state.load(Ordering::Acquire) & State::COMPLETE == 0
     }
 
-    /// After a yield: nothing. The task goes back to a queue but keeps RUNNING until a worker
-    /// pops it again, which saves two compare-and-swaps per yield. Nothing tells the two
-    /// states apart except "is it idle?": a wake-up or cancel of a QUEUED or a RUNNING task
-    /// only sets its flag (the permit is there when the task next parks; a cancel is seen
-    /// when `yield_now` returns), and a timer fires only for an idle task. Only the queue
-    /// hand-off brings it to the next worker, which then finds it RUNNING and takes it as is
-    /// (`start_running`).
+    /// After a park: `ACTIVE` → idle, or stays `ACTIVE` if a wake-up or a cancel came meanwhile.
+    /// Returns true if the caller must push the task again.
+    pub(crate) fn park_done(&self) -> bool {
+        let mut s = self.state.load(Ordering::Acquire);
+        loop {
+            // A cancel the coroutine defers (a `CancelGuard`) already woke it once (it sets
+            // NOTIFIED too); re-queueing for it on every park would spin.
+            let cancel_now = s & State::CANCELLED != 0 && self.no_cancel.get() == 0;
+            if s & State::NOTIFIED != 0 || cancel_now {
+                // Stays ACTIVE: nothing to write.
+                return true;
+            }
+            match self.state.compare_exchange_weak(
+                s,
+                s & !State::ACTIVE,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return false,
+                Err(actual) => s = actual,
+            }
+        }
+    }
+
+    /// After a yield: nothing (queued and running are one state: module docs).
     pub(crate) fn yield_done(&self) {}
 
     pub(crate) fn complete(&self) {
-        self.update(|s| Some((s & !(State::RUNNING | State::QUEUED)) | State::COMPLETE));
+        self.update(|s| Some((s & !State::ACTIVE) | State::COMPLETE));
     }
 
     /// Consumes the permit, if set. Looks first: a park usually finds none, and then costs no
@@ -260,7 +250,7 @@ pub(crate) unsafe trait RawTask: Send + Sync + 'static {
     ///
     /// # Safety
     ///
-    /// The caller holds the RUNNING state (it popped the task and `start_running` succeeded)
+    /// The caller holds the task (it popped it and `start_running` succeeded)
     /// and runs on a worker thread of the task's runtime, on the worker's own stack.
     unsafe fn run(&self) -> Option<Suspend>;
 
@@ -364,12 +354,13 @@ pub(crate) struct TaskPrefix<T> {
 #[repr(C)]
 pub(crate) struct TaskCell<T, F> {
     pub(crate) prefix: TaskPrefix<T>,
-    /// Touched only by the worker holding RUNNING (see `RawTask::run`).
+    /// Touched only by the worker that popped the task (see `RawTask::run`).
     body: UnsafeCell<Body<T, F>>,
 }
 
-// SAFETY: `body` is only accessed by the worker that holds the task's RUNNING flag (one at a
-// time, synchronized by the CAS on the state and the queues' hand-off); the closure in it is
+// SAFETY: `body` is only accessed by the worker that popped the task (one at a time: a task is
+// in at most one queue or on one worker, see the module docs; synchronized by the queues'
+// hand-off); the closure in it is
 // `Send`, and the coroutine is a `SendCoroutine`, whose contract the spawn path upholds (see
 // `spawn::own_coroutine`), or a shared-stack one that never leaves its worker (`ThreadBound`).
 // The rest is Sync.
@@ -385,7 +376,7 @@ where
     F: FnOnce() -> T + Send + 'static,
 {
     unsafe fn run(&self) -> Option<Suspend> {
-        // SAFETY: the caller holds RUNNING, so nobody else touches the body.
+        // SAFETY: the caller holds the task (popped it), so nobody else touches the body.
         let body = unsafe { &mut *self.body.get() };
         let header = &self.prefix.header;
         // Resumed in place: the coroutine struct is not moved out of the task and back on every

@@ -17,7 +17,7 @@
 //!
 //! # Running a task
 //!
-//! The worker takes the task (`QUEUED` → `RUNNING`), pins it to itself on its first run
+//! The worker takes the task (pops it: it holds it now), pins it to itself on its first run
 //! (unless it is migratable: DESIGN.md invariant 2), resumes its coroutine on the worker's own
 //! stack, and when the coroutine switches back does what it asked (yield: queue it again; park:
 //! arm its timer and publish it as idle — *after* the switch, invariant 1). The coroutine never
@@ -364,7 +364,7 @@ impl WorkerCtx {
         counters.begin_run(header.id);
         self.current.set(&task);
         self.current_header.set(header);
-        // SAFETY: we hold RUNNING (start_running succeeded), on this worker's own stack.
+        // SAFETY: we hold the task (popped it; not complete), on this worker's own stack.
         let outcome = unsafe { task.0.run() };
         self.current_header.set(ptr::null());
         self.current.set(ptr::null());
@@ -372,7 +372,6 @@ impl WorkerCtx {
         match outcome {
             None => {}
             Some(Suspend::Yield) => {
-                // The task stays RUNNING while it waits in the queue (see `Header::yield_done`).
                 header.yield_done();
                 self.shared
                     .schedule_from(Some(self.index), task, Reason::Yielded);
