@@ -16,7 +16,7 @@ use tour::echo; // the tour includes the echo example
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use std::time::Instant;
 
@@ -239,9 +239,12 @@ fn chat_drops_a_slow_client_without_stalling_the_others() {
     let slow_name = slow.name.clone();
     let talker_name = talker.name.clone();
     let slow_gone = Arc::new(AtomicBool::new(false));
+    // How many of the talker's lines the observer has seen.
+    let observed = Arc::new(AtomicU64::new(0));
     // The observer reads everything and checks the talker's lines arrive complete, in order.
     let observing = {
         let slow_gone = slow_gone.clone();
+        let observed = observed.clone();
         std::thread::spawn(move || {
             let mut next = 0u64;
             loop {
@@ -257,13 +260,17 @@ fn chat_drops_a_slow_client_without_stalling_the_others() {
                     let n: u64 = text[..12].parse().unwrap();
                     assert_eq!(n, next, "a line was lost or reordered");
                     next += 1;
+                    observed.store(next, Ordering::SeqCst);
                 }
             }
         })
     };
     // Talk until the slow client has been dropped (its socket buffers and queue full); bounded.
-    // The talker waits for its own echo every 64 lines, so the room's pace is one a reading
-    // client keeps up with.
+    // Every 64 lines the talker waits for its own echo and for the observer to have read them
+    // all, so the room goes at the pace of a reading client — even when the test threads get
+    // little CPU (other tests run beside this one) — and only the client that never reads can
+    // fall behind. A room that stalled on the slow client would stall the observer: the wait
+    // below then fails.
     let pad = "x".repeat(1000);
     let mut sent = 0u64;
     while !slow_gone.load(Ordering::SeqCst) {
@@ -274,6 +281,9 @@ fn chat_drops_a_slow_client_without_stalling_the_others() {
         }
         let last = format!("{}: {:012} {pad}", talker.name, sent - 1);
         while talker.said() != last {}
+        wait_for("the observer to read the talker's lines", || {
+            slow_gone.load(Ordering::SeqCst) || observed.load(Ordering::SeqCst) == sent
+        });
     }
     talker.send("end");
     let (seen, _observer) = observing.join().unwrap();

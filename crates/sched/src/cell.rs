@@ -30,7 +30,7 @@ std::thread_local! {
 /// thread-local.
 #[inline]
 fn thread_token() -> usize {
-    THREAD_TOKEN.with(|t| std::ptr::from_ref(t) as usize)
+    THREAD_TOKEN.with(|t| std::ptr::from_ref(t).addr())
 }
 
 /// A value that one thread at a time may use; see the module documentation.
