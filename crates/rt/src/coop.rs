@@ -40,7 +40,7 @@ pub fn consume_budget() {
 
 pub(crate) fn consume_budget_here() {
     let Some(ctx) = worker::current() else { return };
-    if worker::current_task_header().is_none() {
+    if !ctx.coroutine_running() {
         return;
     }
     let left = ctx.budget.get().saturating_sub(1);
