@@ -585,7 +585,13 @@ where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
 {
-    let cell = Arc::new(TaskCell {
+    // Built in place in the allocation: `Arc::new` of the whole cell copied it there from the
+    // stack (a few hundred bytes, ~90 instructions per spawn in callgrind).
+    let mut cell = Arc::<TaskCell<T, F>>::new_uninit();
+    let Some(place) = Arc::get_mut(&mut cell) else {
+        unreachable!("a fresh Arc has one owner")
+    };
+    place.write(TaskCell {
         prefix: TaskPrefix {
             header,
             join: JoinCell {
@@ -598,6 +604,8 @@ where
         },
         body: UnsafeCell::new(Body::Gone),
     });
+    // SAFETY: initialized by the write just above.
+    let cell = unsafe { cell.assume_init() };
     let body = make(&cell.prefix.header, f);
     // SAFETY: no worker can see the task yet; we are its only user.
     unsafe { *cell.body.get() = body };
