@@ -406,7 +406,7 @@ where
     let header = Header {
         state: AtomicU32::new(crate::task::State::ACTIVE),
         id: next_task_id(),
-        name: builder.name.clone(),
+        name: builder.name,
         home: AtomicUsize::new(home),
         migratable: builder.migratable,
         yielder: AtomicPtr::new(std::ptr::null_mut()),

@@ -190,29 +190,16 @@ impl Header {
     /// After a park: `ACTIVE` → idle, or stays `ACTIVE` if a wake-up or a cancel came meanwhile.
     /// Returns true if the caller must push the task again.
     pub(crate) fn park_done(&self) -> bool {
-        let mut s = self.state.load(Ordering::Acquire);
-        loop {
+        // `update` gives up (None) when the closure does: the task stays ACTIVE, nothing written.
+        self.update(|s| {
             // A cancel the coroutine defers (a `CancelGuard`) already woke it once (it sets
             // NOTIFIED too); re-queueing for it on every park would spin.
             let cancel_now = s & State::CANCELLED != 0 && self.no_cancel.get() == 0;
-            if s & State::NOTIFIED != 0 || cancel_now {
-                // Stays ACTIVE: nothing to write.
-                return true;
-            }
-            match self.state.compare_exchange_weak(
-                s,
-                s & !State::ACTIVE,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return false,
-                Err(actual) => s = actual,
-            }
-        }
+            let stays = s & State::NOTIFIED != 0 || cancel_now;
+            (!stays).then_some(s & !State::ACTIVE)
+        })
+        .is_none()
     }
-
-    /// After a yield: nothing (queued and running are one state: module docs).
-    pub(crate) fn yield_done(&self) {}
 
     pub(crate) fn complete(&self) {
         self.update(|s| Some((s & !State::ACTIVE) | State::COMPLETE));

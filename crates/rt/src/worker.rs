@@ -213,11 +213,11 @@ impl WorkerCtx {
         // With one worker nobody else can hand us work (only IO or foreign threads, which
         // wake the driver), so spinning would only burn CPU.
         let may_spin = shared.workers() > 1;
+        // Counted as a spinner by the idle protocol.
         let mut spinning = false;
-        let mut spin_until = Instant::now();
-        // Watching its own queues without being the idle protocol's spinner (see below).
-        let mut watched = false;
-        let mut watch_until = spin_until;
+        // Out of work: until when the worker keeps looking before it sleeps (set when the look
+        // begins; cleared when it finds work or wakes up).
+        let mut look_until: Option<Instant> = None;
         // Whether the idle protocol's books may show this worker spinning (or spun dry): true
         // after anything but `end_spin(.., true)`. A worker woken by `notify_any` starts out
         // spinning in the books, and until it says it found work, pushes do not wake other
@@ -243,7 +243,7 @@ impl WorkerCtx {
             }
             if let Some(popped) = shared.policy.pop(self.index) {
                 spinning = false;
-                watched = false;
+                look_until = None;
                 if idle_books {
                     idle_books = false;
                     if let Some(w) = shared.idle.end_spin(self.index, true) {
@@ -259,53 +259,41 @@ impl WorkerCtx {
             if shared.policy.has_work(self.index) {
                 continue;
             }
-            if may_spin
-                && !spinning
-                && self.driver.is_some()
-                && self.poll_driver(Some(Duration::ZERO)) > 0
-            {
-                // IO made work: no need to spin or sleep.
-                continue;
-            }
-            if may_spin && !spinning && shared.idle.begin_spin(self.index) {
-                // Spin a little before sleeping: waking a sleeping thread costs tens of
-                // microseconds (far more on virtual machines), and work often comes right back
-                // (a coroutine on another worker answers). While this worker spins, pushes do
-                // not wake a sleeper for it (the idle protocol counts spinners).
-                spinning = true;
-                spin_until = now + SPIN;
-                continue;
-            }
-            if spinning && now < spin_until {
-                for _ in 0..64 {
-                    std::hint::spin_loop();
+            if may_spin {
+                let until = match look_until {
+                    Some(until) => until,
+                    None => {
+                        if self.driver.is_some() && self.poll_driver(Some(Duration::ZERO)) > 0 {
+                            // IO made work: no need to look or sleep.
+                            continue;
+                        }
+                        *look_until.insert(now + SPIN)
+                    }
+                };
+                if now < until {
+                    // Look a little before sleeping: waking a sleeping thread costs tens of
+                    // microseconds (~35 µs on this VM), and work often comes right back (a
+                    // coroutine on another worker answers). The worker looks as the idle
+                    // protocol's spinner when the protocol lets it (then pushes do not wake a
+                    // sleeper for it), and uncounted when it does not (at most half the busy
+                    // workers spin: with two, one): work pinned or dealt to it can only run
+                    // here, and two workers handing work back and forth would otherwise pay a
+                    // wake-up on every hop. A push the look misses is seen by the re-check
+                    // after `prepare_sleep`, as always.
+                    if !spinning {
+                        spinning = shared.idle.begin_spin(self.index);
+                    }
+                    for _ in 0..64 {
+                        std::hint::spin_loop();
+                    }
+                    continue;
                 }
-                continue;
             }
             if spinning {
                 spinning = false;
                 if let Some(w) = shared.idle.end_spin(self.index, false) {
                     shared.unpark(w);
                 }
-            }
-            if may_spin && !watched {
-                // The idle protocol let another worker be the spinner (at most half the busy
-                // workers spin: with two, one). Still watch our own queues for as long as a
-                // spin before sleeping, without counting as a spinner: work pinned to us (or
-                // dealt to us, round-robin) can only be run here, and when two workers hand
-                // work back and forth, a sleep on each hop costs a thread wake-up (~35 µs on
-                // this VM) where the spin was 20 µs — the pair never got out of that rhythm.
-                // The watch reads the queues like a spin does; a push that it misses is seen
-                // by the re-check after `prepare_sleep`, as always.
-                watched = true;
-                watch_until = now + SPIN;
-                continue;
-            }
-            if watched && now < watch_until {
-                for _ in 0..64 {
-                    std::hint::spin_loop();
-                }
-                continue;
             }
             shared.idle.prepare_sleep(self.index);
             if shared.policy.has_work(self.index) || shared.stop.load(Ordering::Acquire) {
@@ -329,7 +317,7 @@ impl WorkerCtx {
             }
             shared.idle.woke(self.index);
             shared.monitor.worker_awake();
-            watched = false;
+            look_until = None;
         }
     }
 
@@ -402,7 +390,7 @@ impl WorkerCtx {
         match outcome {
             None => {}
             Some(Suspend::Yield) => {
-                header.yield_done();
+                // Back to a queue as it is: queued and running are one state (see `task`).
                 self.shared
                     .schedule_from(Some(self.index), task, Reason::Yielded);
             }
@@ -453,7 +441,7 @@ impl WorkerCtx {
 
 impl Hook for WorkerCtx {
     fn in_task(&self) -> bool {
-        !self.current_header.get().is_null()
+        self.coroutine_running()
     }
 
     fn park(&self, deadline: Option<Instant>) -> Wake {
