@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use crate::task::{Failure, State, TaskRef, TypedTask, lock};
+use crate::task::{Failure, State, TaskRef, TypedTask};
 use crate::worker;
 
 /// An owned permission to join a coroutine (wait for its result) or cancel it.
@@ -125,7 +125,7 @@ impl<T: Send + 'static> JoinHandle<T> {
         }
         loop {
             {
-                let mut slot = lock(&self.task.join().slot);
+                let mut slot = self.task.join().slot.lock();
                 if let Some(result) = slot.result.take() {
                     drop(slot);
                     crate::coop::consume_budget_here();
@@ -139,7 +139,7 @@ impl<T: Send + 'static> JoinHandle<T> {
 
     /// Whether the coroutine has finished (its result waits for `join`).
     pub fn is_finished(&self) -> bool {
-        lock(&self.task.join().slot).done
+        self.task.join().slot.lock().done
     }
 
     /// Asks the coroutine to stop: it unwinds from the suspension point where it waits now (a
@@ -182,7 +182,7 @@ impl<T: Send + 'static> Future for JoinHandle<T> {
     type Output = Result<T, JoinError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut slot = lock(&self.task.join().slot);
+        let mut slot = self.task.join().slot.lock();
         if let Some(result) = slot.result.take() {
             return Poll::Ready(result.map_err(JoinError::from));
         }

@@ -160,6 +160,7 @@ mod registry;
 mod runtime;
 mod scope;
 mod spawn;
+mod spin;
 mod task;
 mod time;
 mod worker;

@@ -21,11 +21,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::spin::SpinLock;
 use crate::task::{TaskRef, lock};
 
 /// See the module documentation.
 pub(crate) struct TaskRegistry {
-    shards: Box<[Padded<Mutex<Shard>>]>,
+    shards: Box<[Padded<SpinLock<Shard>>]>,
     /// A `wait_empty` is (or was) waiting: removers that empty a shard signal `empty`.
     waiting: AtomicBool,
     empty: (Mutex<()>, Condvar),
@@ -72,7 +73,7 @@ impl TaskRegistry {
     pub(crate) fn new(workers: usize) -> Self {
         TaskRegistry {
             shards: (0..=workers)
-                .map(|_| Padded(Mutex::new(Shard::default())))
+                .map(|_| Padded(SpinLock::new(Shard::default())))
                 .collect(),
             waiting: AtomicBool::new(false),
             empty: (Mutex::new(()), Condvar::new()),
@@ -86,7 +87,7 @@ impl TaskRegistry {
             Some(w) if w + 1 < self.shards.len() => w,
             _ => self.shards.len() - 1,
         };
-        let mut shard = lock(&self.shards[shard_index].0);
+        let mut shard = self.shards[shard_index].0.lock();
         let slot = match shard.free.pop() {
             Some(slot) => {
                 shard.slots[slot as usize] = Some(task);
@@ -111,7 +112,7 @@ impl TaskRegistry {
             return;
         };
         let (removed, now_empty) = {
-            let mut shard = lock(&padded.0);
+            let mut shard = padded.0.lock();
             let removed = shard.slots.get_mut(key.slot()).and_then(Option::take);
             if removed.is_some() {
                 shard.free.push(key.slot() as u32);
@@ -128,7 +129,7 @@ impl TaskRegistry {
 
     /// How many tasks are live.
     pub(crate) fn live(&self) -> usize {
-        self.shards.iter().map(|s| lock(&s.0).len).sum()
+        self.shards.iter().map(|s| s.0.lock().len).sum()
     }
 
     /// Every live task.
@@ -136,7 +137,7 @@ impl TaskRegistry {
         self.shards
             .iter()
             .flat_map(|s| {
-                lock(&s.0)
+                s.0.lock()
                     .slots
                     .iter()
                     .flatten()
@@ -149,7 +150,7 @@ impl TaskRegistry {
     /// The live task with id `id`, if any (a linear search: for rare reports only).
     pub(crate) fn find(&self, id: u64) -> Option<TaskRef> {
         self.shards.iter().find_map(|s| {
-            lock(&s.0)
+            s.0.lock()
                 .slots
                 .iter()
                 .flatten()

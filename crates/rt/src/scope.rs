@@ -153,7 +153,7 @@ where
     let mut child_panic = None;
     for task in tasks {
         wait_done(&task);
-        let mut slot = lock(&task.join().slot);
+        let mut slot = task.join().slot.lock();
         if let Some(Err(Failure::Panicked(_))) = &slot.result
             && child_panic.is_none()
             && let Some(Err(Failure::Panicked(p))) = slot.result.take()
@@ -174,7 +174,7 @@ where
 fn wait_done<T>(task: &TypedTask<T>) {
     loop {
         {
-            let mut slot = lock(&task.join().slot);
+            let mut slot = task.join().slot.lock();
             if slot.done {
                 return;
             }

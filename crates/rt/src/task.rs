@@ -274,7 +274,7 @@ impl fmt::Debug for TaskRef {
 
 /// The result of a task, shared with its `JoinHandle`.
 pub(crate) struct JoinCell<T> {
-    pub(crate) slot: Mutex<JoinSlot<T>>,
+    pub(crate) slot: crate::spin::SpinLock<JoinSlot<T>>,
 }
 
 pub(crate) struct JoinSlot<T> {
@@ -441,7 +441,7 @@ impl<T> TaskPrefix<T> {
             .tasks
             .remove(crate::registry::Key::from_bits(key));
         let waiter = {
-            let mut slot = lock(&self.join.slot);
+            let mut slot = self.join.slot.lock();
             slot.result = Some(outcome);
             slot.done = true;
             slot.waiter.take()
@@ -582,7 +582,7 @@ where
         prefix: TaskPrefix {
             header,
             join: JoinCell {
-                slot: Mutex::new(JoinSlot {
+                slot: crate::spin::SpinLock::new(JoinSlot {
                     result: None,
                     done: false,
                     waiter: None,
