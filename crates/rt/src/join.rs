@@ -212,7 +212,7 @@ pub(crate) fn cancel_task(task: &TaskRef) {
     let header = task.header();
     if header.notify(State::CANCELLED | State::NOTIFIED) {
         header
-            .shared
+            .shared()
             .schedule(task.clone(), spindle_sched::Reason::Woken);
     }
 }

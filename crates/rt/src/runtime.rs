@@ -718,11 +718,16 @@ impl Runtime {
         }
         shared.blocking.shutdown();
         // Whatever is still queued (coroutines that did not unwind by the timeout) is
-        // abandoned: leaked with its stack (and, through the task ↔ runtime references, the
-        // runtime's shared state), never dropped here — dropping would unwind a coroutine on
-        // this thread, away from the worker it is bound to.
+        // abandoned: leaked with its stack, never dropped here — dropping would unwind a
+        // coroutine on this thread, away from the worker it is bound to.
         for task in shared.policy.drain() {
             std::mem::forget(task);
+        }
+        if !all_done {
+            // Tasks are still registered: they reach the runtime through a plain pointer
+            // (`Header::shared`), valid while they are registered, and the registry itself
+            // must not drop them here (as above). So the shared state is leaked with them.
+            std::mem::forget(Arc::clone(shared));
         }
         all_done
     }

@@ -36,13 +36,15 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let Some(shared) = worker::current_shared() else {
+    // Borrowed, not cloned: the spawn does not suspend, and a clone of the `Arc` would be two
+    // read-modify-writes per spawn on a cache line every worker writes.
+    let Some(worker) = worker::current() else {
         panic!(
             "spindle_rt::spawn called outside a runtime: spawn through a Runtime or a Handle, or \
              call it from a coroutine of a runtime"
         );
     };
-    match spawn_on(&shared, Builder::new(), f) {
+    match spawn_on(&worker.shared, Builder::new(), f) {
         Ok(handle) => handle,
         Err(e) => panic!("cannot spawn a coroutine: {e}"),
     }
@@ -189,10 +191,10 @@ impl Builder {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let shared = worker::current_shared().ok_or_else(|| {
+        let worker = worker::current().ok_or_else(|| {
             io::Error::other("spindle_rt::Builder::spawn called outside a runtime")
         })?;
-        spawn_on(&shared, self, f)
+        spawn_on(&worker.shared, self, f)
     }
 
     /// Spawns the coroutine on the runtime of `handle`.
@@ -416,7 +418,7 @@ where
         pins: Cell::new(0),
         timer: Cell::new(None),
         registry_key: AtomicU64::new(crate::registry::Key::NONE.to_bits()),
-        shared: shared.clone(),
+        shared: std::ptr::NonNull::from(&**shared),
         locals: UnsafeCell::new(crate::local::Locals::default()),
     };
     let (task_ref, typed) = new_task(header, f, move |header, f| match plan {

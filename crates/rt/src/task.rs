@@ -114,8 +114,8 @@ pub(crate) struct Header {
     /// spawn before the task is scheduled, read when it finishes (the queues' hand-off orders
     /// the two).
     pub(crate) registry_key: AtomicU64,
-    /// The runtime.
-    pub(crate) shared: Arc<Shared>,
+    /// The runtime: set at spawn, then read through [`Header::shared`] only (see there).
+    pub(crate) shared: ptr::NonNull<Shared>,
     /// The timer armed by the current park: (worker, key). Written by the worker after the
     /// coroutine parked, read by the coroutine when it resumes (never at the same time).
     pub(crate) timer: Cell<Option<(usize, spindle_timer::TimerKey)>>,
@@ -215,6 +215,30 @@ impl Header {
     /// Whether a cancel was requested and may be acted on now.
     pub(crate) fn should_unwind(&self) -> bool {
         self.load() & State::CANCELLED != 0 && self.no_cancel.get() == 0
+    }
+
+    /// The task's runtime.
+    ///
+    /// A pointer, not an `Arc`: a clone per spawn and a drop per task were two atomic
+    /// read-modify-writes on the one cache line of the runtime's reference count, which every
+    /// worker writes. What keeps the runtime alive instead is the registry: **a task's runtime
+    /// outlives the task's stay in the registry** — shutdown waits until the registry is empty,
+    /// and leaks the runtime's shared state when it gives up waiting (`Runtime::shutdown`).
+    /// Callers reach the runtime only while the task is in the registry: it enters at spawn,
+    /// before anything can see it, and leaves in `TaskPrefix::finish`, right after `COMPLETE`
+    /// is set; so "not `COMPLETE`" (a successful `notify` or `timer_fired` — which also keeps it
+    /// from completing until the caller has pushed it —, the task running its coroutine or
+    /// parking) or "inside `finish`, before the removal" suffices.
+    #[inline]
+    pub(crate) fn shared(&self) -> &Shared {
+        // SAFETY: see above; every caller is in one of the listed situations.
+        unsafe { self.shared.as_ref() }
+    }
+
+    /// Whether the task belongs to the runtime of `shared` (compares addresses; dereferences
+    /// nothing).
+    pub(crate) fn belongs_to(&self, shared: &Shared) -> bool {
+        ptr::eq(self.shared.as_ptr(), shared)
     }
 
     pub(crate) fn home(&self) -> Option<usize> {
@@ -374,7 +398,7 @@ where
                 let Body::OwnPending(kind, f) = std::mem::replace(body, Body::Gone) else {
                     unreachable!()
                 };
-                match crate::spawn::stack_for(&header.shared, kind) {
+                match crate::spawn::stack_for(header.shared(), kind) {
                     Ok(stack) => {
                         *body = Body::Own(crate::spawn::own_coroutine(header, f, stack));
                         let Body::Own(co) = body else { unreachable!() };
@@ -437,7 +461,7 @@ impl<T> TaskPrefix<T> {
         // Leave the registry first, so that whoever the result wakes sees the task gone.
         let key = self.header.registry_key.load(Ordering::Relaxed);
         self.header
-            .shared
+            .shared()
             .tasks
             .remove(crate::registry::Key::from_bits(key));
         let waiter = {
@@ -459,8 +483,10 @@ where
 {
     fn wake(self: Arc<Self>) {
         if self.prefix.header.notify(State::NOTIFIED) {
-            let shared = self.prefix.header.shared.clone();
-            shared.schedule(TaskRef(self), spindle_sched::Reason::Woken);
+            // The runtime outlives the task's next run (see `Header::shared`), and `self` moves.
+            let shared: *const Shared = self.prefix.header.shared();
+            // SAFETY: as just said.
+            unsafe { (*shared).schedule(TaskRef(self), spindle_sched::Reason::Woken) };
         }
     }
 
@@ -468,7 +494,7 @@ where
         if self.prefix.header.notify(State::NOTIFIED) {
             self.prefix
                 .header
-                .shared
+                .shared()
                 .schedule(TaskRef(self.clone()), spindle_sched::Reason::Woken);
         }
     }

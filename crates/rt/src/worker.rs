@@ -543,7 +543,7 @@ fn park_current(header: *const Header, deadline: Option<Instant>) -> Wake {
         if let Some((worker, key)) = header.timer.take()
             && let Some(ctx) = current()
             && ctx.index == worker
-            && ptr::eq(Arc::as_ptr(&ctx.shared), Arc::as_ptr(&header.shared))
+            && header.belongs_to(&ctx.shared)
         {
             ctx.cancel_timer(key);
         }

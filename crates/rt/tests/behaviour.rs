@@ -759,3 +759,48 @@ fn stacks_are_taken_at_the_first_run_unless_reserved() {
         "{reserved} stacks mapped for {BURST} reserved at once"
     );
 }
+
+#[test]
+fn handles_and_wakers_outlive_the_runtime() {
+    // Tasks reach their runtime through a plain pointer that is valid while they are
+    // registered; a handle, a waker or a cancel used after the runtime is gone must not
+    // dereference it (run under the address sanitizer, a mistake here is a use-after-free).
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let finished = rt.spawn(|| 7);
+    let (waker_tx, waker_rx) = std::sync::mpsc::channel();
+    let parked = rt.spawn(move || {
+        waker_tx.send(spindle_park::waker()).unwrap();
+        loop {
+            spindle_park::park();
+        }
+    });
+    let waker = waker_rx.recv().unwrap();
+    while !finished.is_finished() {
+        std::thread::yield_now();
+    }
+    drop(rt); // cancels `parked`, waits for it, frees the runtime
+    waker.wake_by_ref();
+    parked.cancel();
+    finished.cancel();
+    assert!(parked.is_finished());
+    assert!(matches!(parked.join(), Err(JoinError::Cancelled)));
+    assert_eq!(finished.join().unwrap(), 7);
+    waker.wake();
+}
+
+#[test]
+fn a_shutdown_that_times_out_leaves_the_stragglers_usable() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let straggler = rt.spawn(move || {
+        let _hold = spindle_rt::CancelGuard::new();
+        started_tx.send(()).unwrap();
+        spindle_rt::sleep(Duration::from_secs(3600));
+    });
+    started_rx.recv().unwrap();
+    assert!(!rt.shutdown_timeout(Duration::from_millis(20)));
+    // The straggler is leaked with the runtime's shared state: its handle still works.
+    assert!(!straggler.is_finished());
+    straggler.cancel();
+    assert!(!straggler.is_finished());
+}
