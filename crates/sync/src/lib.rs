@@ -167,6 +167,8 @@
 #![deny(missing_docs)]
 
 mod loom;
+#[cfg(not(loom))]
+mod spin;
 mod waiter;
 
 mod barrier;

@@ -15,19 +15,19 @@ pub(crate) use self::loom_lock::{Mutex as StdMutex, MutexGuard as StdMutexGuard}
 #[cfg(loom)]
 pub(crate) use ::loom::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
+/// The internal lock: a spin lock whose unlock is a store (see `crate::spin`). The name
+/// stays: it is what the loom build swaps.
+#[cfg(not(loom))]
+pub(crate) use crate::spin::{SpinGuard as StdMutexGuard, SpinLock as StdMutex};
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-#[cfg(not(loom))]
-pub(crate) use std::sync::{Mutex as StdMutex, MutexGuard as StdMutexGuard};
 
-/// Locks an internal lock, ignoring poisoning: no internal critical section calls user code,
-/// so none can leave its data half-updated by a panic.
+/// Locks an internal lock. No internal critical section calls user code or blocks, so none
+/// can leave its data half-updated by a panic, and none makes a waiter wait long.
 #[cfg(not(loom))]
+#[inline]
 pub(crate) fn lock<T>(mutex: &StdMutex<T>) -> StdMutexGuard<'_, T> {
-    match mutex.lock() {
-        Ok(guard) => guard,
-        Err(poisoned) => poisoned.into_inner(),
-    }
+    mutex.lock()
 }
 
 /// Locks an internal lock (loom build).

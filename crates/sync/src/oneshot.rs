@@ -29,60 +29,266 @@ use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-pub use crate::chan::RecvFuture;
+use crate::chan::deque::SmallDeque;
 pub use crate::chan::error::{RecvError, RecvTimeoutError, SendError, TryRecvError};
-use crate::chan::{Chan, Packet};
-use crate::waiter::deadline_after;
+use crate::loom::{StdMutex, Wake, lock, park, park_until, waker};
+use crate::select::sealed::{Arm, RecvArmSource};
+use crate::waiter::{Waiter, deadline_after};
+
+// Design. A oneshot is not a channel with a one-message buffer: one allocation holds the
+// message, two flags and the list of whoever waits for the message, behind the crate's internal
+// lock. A waiting receiver leaves its waker (a select: its waiter record and arm number) in the
+// list and parks; the send (or the sender's drop) takes the whole list and wakes everyone, who
+// look again. So a blocking receive costs no allocation of its own (the channels' waiting
+// operations allocate a record each), and the message never moves but once, out of the
+// channel. Waiting is "register under the lock, release it, park", race-free by
+// `spindle_park`'s permit; the receive loops on its condition, so callers never see a
+// spurious wake-up.
 
 /// A one-shot channel.
 pub fn channel<T>() -> (Sender<T>, Receiver<T>) {
-    let chan = Chan::new(Some(1));
-    (Sender { chan: chan.clone() }, Receiver { chan })
+    let inner = Arc::new(Inner {
+        state: StdMutex::new(State {
+            msg: None,
+            sender_gone: false,
+            receiver_gone: false,
+            waiting: SmallDeque::new(),
+            next_token: 0,
+        }),
+    });
+    (
+        Sender {
+            inner: Some(inner.clone()),
+        },
+        Receiver { inner },
+    )
 }
 
 /// The sending side of a one-shot channel.
 pub struct Sender<T> {
-    chan: Arc<Chan<T>>,
+    /// `None` once sent (the send consumed it; its drop then has nothing to do).
+    inner: Option<Arc<Inner<T>>>,
 }
 
 /// The receiving side of a one-shot channel.
 pub struct Receiver<T> {
-    chan: Arc<Chan<T>>,
+    inner: Arc<Inner<T>>,
+}
+
+struct Inner<T> {
+    state: StdMutex<State<T>>,
+}
+
+struct State<T> {
+    msg: Option<T>,
+    /// The sender sent, or was dropped.
+    sender_gone: bool,
+    receiver_gone: bool,
+    /// Who waits for the message (usually nobody, or one receiver).
+    waiting: SmallDeque<Waiting>,
+    /// Tells registrations apart, so that a receive removes its own.
+    next_token: u64,
+}
+
+enum Waiting {
+    /// A blocking receive, or a receive future: woken to look again.
+    Task { token: u64, waker: Waker },
+    /// A select arm: completed with operation `op`, then woken.
+    Select { cx: Arc<Waiter>, op: usize },
+}
+
+impl<T> State<T> {
+    fn register(&mut self, waker: Waker) -> u64 {
+        let token = self.next_token;
+        self.next_token += 1;
+        self.waiting.push_back(Waiting::Task { token, waker });
+        token
+    }
+
+    fn position(&self, token: u64) -> Option<usize> {
+        self.waiting
+            .iter()
+            .position(|w| matches!(w, Waiting::Task { token: t, .. } if *t == token))
+    }
+
+    /// Removes registration `token` if it is still there (a send takes them all).
+    fn deregister(&mut self, token: u64) -> Option<Waiting> {
+        let index = self.position(token)?;
+        self.waiting.remove(index)
+    }
+
+    /// The message, or why there is none (`None`: not yet).
+    fn take(&mut self) -> Option<Result<T, RecvError>> {
+        match self.msg.take() {
+            Some(msg) => Some(Ok(msg)),
+            None if self.sender_gone => Some(Err(RecvError)),
+            None => None,
+        }
+    }
+}
+
+/// Wakes everyone who waited (after the lock is released: a woken thread takes it at once).
+fn wake_all(waiting: SmallDeque<Waiting>) {
+    for w in waiting.into_iter() {
+        match w {
+            Waiting::Task { waker, .. } => waker.wake(),
+            Waiting::Select { cx, op } => {
+                if cx.try_select(op) {
+                    cx.wake();
+                }
+            }
+        }
+    }
+}
+
+impl<T> Inner<T> {
+    /// The sender is gone (sent, or dropped): wake whoever waits.
+    fn sender_done(&self, msg: Option<T>) -> Result<(), SendError<T>> {
+        let (result, waiting) = {
+            let mut st = lock(&self.state);
+            st.sender_gone = true;
+            match msg {
+                Some(msg) if st.receiver_gone => (Err(SendError(msg)), SmallDeque::new()),
+                msg => {
+                    st.msg = msg;
+                    (Ok(()), std::mem::take(&mut st.waiting))
+                }
+            }
+        };
+        wake_all(waiting);
+        result
+    }
+
+    fn try_recv(&self) -> Result<T, TryRecvError> {
+        match lock(&self.state).take() {
+            Some(Ok(msg)) => Ok(msg),
+            Some(Err(RecvError)) => Err(TryRecvError::Disconnected),
+            None => Err(TryRecvError::Empty),
+        }
+    }
+
+    fn recv_until(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        // Removes the registration if the park unwinds (a cancelled coroutine).
+        let mut registration = Registration {
+            inner: self,
+            token: None,
+        };
+        // The timed park said the deadline passed (under loom it says so at once, with
+        // real time far from the deadline).
+        let mut timed_out = false;
+        loop {
+            {
+                let mut st = lock(&self.state);
+                let outcome = match st.take() {
+                    Some(Ok(msg)) => Some(Ok(msg)),
+                    Some(Err(RecvError)) => Some(Err(RecvTimeoutError::Disconnected)),
+                    None if timed_out || deadline.is_some_and(|d| Instant::now() >= d) => {
+                        Some(Err(RecvTimeoutError::Timeout))
+                    }
+                    None => None,
+                };
+                if let Some(outcome) = outcome {
+                    if let Some(token) = registration.token.take() {
+                        let stale = st.deregister(token);
+                        drop(st);
+                        drop(stale);
+                    }
+                    return outcome;
+                }
+                match registration.token {
+                    Some(token) if st.position(token).is_some() => {} // a spurious wake-up
+                    _ => registration.token = Some(st.register(waker())),
+                }
+            }
+            match deadline {
+                None => park(),
+                Some(deadline) => timed_out = park_until(deadline) == Wake::TimedOut,
+            }
+        }
+    }
+
+    /// A receive future's step (`token`: its registration while it waits).
+    fn poll_recv(
+        &self,
+        token: &mut Option<u64>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<T, RecvError>> {
+        let mut st = lock(&self.state);
+        if let Some(outcome) = st.take() {
+            let stale = token.take().and_then(|t| st.deregister(t));
+            drop(st);
+            drop(stale);
+            return Poll::Ready(outcome);
+        }
+        let index = token.and_then(|t| st.position(t));
+        match index.and_then(|i| st.waiting.get_mut(i)) {
+            Some(Waiting::Task { waker, .. }) => {
+                if !waker.will_wake(cx.waker()) {
+                    *waker = cx.waker().clone();
+                }
+            }
+            _ => *token = Some(st.register(cx.waker().clone())),
+        }
+        Poll::Pending
+    }
+
+    fn abandon(&self, token: &mut Option<u64>) {
+        if let Some(t) = token.take() {
+            let stale = lock(&self.state).deregister(t);
+            drop(stale);
+        }
+    }
+}
+
+/// A blocking receive's registration, removed if the receive unwinds.
+struct Registration<'a, T> {
+    inner: &'a Inner<T>,
+    token: Option<u64>,
+}
+
+impl<T> Drop for Registration<'_, T> {
+    fn drop(&mut self) {
+        self.inner.abandon(&mut self.token);
+    }
 }
 
 impl<T> Sender<T> {
-    /// Sends the message (never blocks). Fails if the receiver is gone.
-    pub fn send(self, msg: T) -> Result<(), SendError<T>> {
-        // The only send of the channel: the one-slot buffer has room.
-        self.chan
-            .try_send(msg)
-            .map_err(|e| SendError(e.into_inner()))
+    /// Sends the message (never blocks). Fails (giving the message back) if the receiver is
+    /// gone.
+    pub fn send(mut self, msg: T) -> Result<(), SendError<T>> {
+        match self.inner.take() {
+            Some(inner) => inner.sender_done(Some(msg)),
+            None => Err(SendError(msg)), // (not reached: `send` consumes the sender)
+        }
     }
 
     /// Whether the receiver is gone.
     pub fn is_closed(&self) -> bool {
-        self.chan.receivers_gone()
+        self.inner
+            .as_ref()
+            .is_none_or(|inner| lock(&inner.state).receiver_gone)
     }
 }
 
 impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
-        self.chan.drop_sender();
+        if let Some(inner) = self.inner.take() {
+            let _ = inner.sender_done(None);
+        }
     }
 }
 
 impl<T> Receiver<T> {
     /// Waits for the message.
     pub fn recv(&self) -> Result<T, RecvError> {
-        self.chan.recv_until(None).map_err(|_| RecvError)
+        self.inner.recv_until(None).map_err(|_| RecvError)
     }
 
     /// Waits for the message, as a future: [`recv`](Self::recv) for async code, woken
-    /// through the polling task's `Waker`, with no executor assumed (it waits in the same
-    /// queue as a blocking `recv` would).
+    /// through the polling task's `Waker`, with no executor assumed.
     ///
     /// ```
     /// let (tx, rx) = spindle_sync::oneshot::channel::<u8>();
@@ -90,28 +296,72 @@ impl<T> Receiver<T> {
     /// assert!(spindle_park::block_on(rx.recv_async()).is_err());
     /// ```
     pub fn recv_async(&self) -> RecvFuture<'_, T> {
-        RecvFuture::new(&self.chan)
+        RecvFuture {
+            inner: &self.inner,
+            token: None,
+        }
     }
 
     /// The message, if it is there.
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
-        self.chan.try_recv()
+        self.inner.try_recv()
     }
 
     /// Waits for the message at most `timeout`.
     pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
-        self.chan.recv_until(deadline_after(timeout))
+        self.inner.recv_until(deadline_after(timeout))
     }
 
     /// Waits for the message until `deadline` at most.
     pub fn recv_deadline(&self, deadline: Instant) -> Result<T, RecvTimeoutError> {
-        self.chan.recv_until(Some(deadline))
+        self.inner.recv_until(Some(deadline))
     }
 }
 
 impl<T> Drop for Receiver<T> {
     fn drop(&mut self) {
-        self.chan.drop_receiver();
+        let (msg, waiting) = {
+            let mut st = lock(&self.inner.state);
+            st.receiver_gone = true;
+            // Nobody waits through a receiver that is being dropped; take the list anyway.
+            (st.msg.take(), std::mem::take(&mut st.waiting))
+        };
+        drop(waiting);
+        drop(msg);
+    }
+}
+
+/// The future of [`Receiver::recv_async`]: the message, or [`RecvError`] if the sender was
+/// dropped without sending (or the message was received already).
+#[must_use = "futures do nothing unless polled"]
+pub struct RecvFuture<'a, T> {
+    inner: &'a Inner<T>,
+    /// Its registration while it waits.
+    token: Option<u64>,
+}
+
+impl<T> Unpin for RecvFuture<'_, T> {}
+
+impl<T> Future for RecvFuture<'_, T> {
+    type Output = Result<T, RecvError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        this.inner.poll_recv(&mut this.token, cx)
+    }
+}
+
+impl<T> Drop for RecvFuture<'_, T> {
+    fn drop(&mut self) {
+        self.inner.abandon(&mut self.token);
+    }
+}
+
+impl<T> fmt::Debug for RecvFuture<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("oneshot::RecvFuture")
+            .field("waiting", &self.token.is_some())
+            .finish_non_exhaustive()
     }
 }
 
@@ -123,7 +373,7 @@ impl<T> IntoFuture for Receiver<T> {
     fn into_future(self) -> ReceiverFuture<T> {
         ReceiverFuture {
             rx: self,
-            pending: None,
+            token: None,
         }
     }
 }
@@ -132,8 +382,8 @@ impl<T> IntoFuture for Receiver<T> {
 #[must_use = "futures do nothing unless polled"]
 pub struct ReceiverFuture<T> {
     rx: Receiver<T>,
-    /// The queued packet, while it waits.
-    pending: Option<Arc<Packet<T>>>,
+    /// Its registration while it waits.
+    token: Option<u64>,
 }
 
 impl<T> Unpin for ReceiverFuture<T> {}
@@ -143,21 +393,21 @@ impl<T> Future for ReceiverFuture<T> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        this.rx.chan.poll_recv(&mut this.pending, cx)
+        this.rx.inner.poll_recv(&mut this.token, cx)
     }
 }
 
 impl<T> Drop for ReceiverFuture<T> {
     fn drop(&mut self) {
         // Before the receiver (a field) is dropped.
-        self.rx.chan.abandon_recv(&mut self.pending);
+        self.rx.inner.abandon(&mut self.token);
     }
 }
 
 impl<T> fmt::Debug for ReceiverFuture<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("oneshot::ReceiverFuture")
-            .field("waiting", &self.pending.is_some())
+            .field("waiting", &self.token.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -174,9 +424,65 @@ impl<T> fmt::Debug for Receiver<T> {
     }
 }
 
+/// A `Receiver` as an arm of a select: registered in the waiting list; the send completes the
+/// select with this arm and wakes it, and the arm then takes the message from the channel.
+struct SelectArm<'a, T> {
+    inner: &'a Inner<T>,
+    out: &'a mut Option<Result<T, RecvError>>,
+}
+
+impl<T> Arm for SelectArm<'_, T> {
+    fn try_now(&mut self) -> bool {
+        match self.inner.try_recv() {
+            Ok(msg) => *self.out = Some(Ok(msg)),
+            Err(TryRecvError::Disconnected) => *self.out = Some(Err(RecvError)),
+            Err(TryRecvError::Empty) => return false,
+        }
+        true
+    }
+
+    fn register(&mut self, cx: &Arc<Waiter>, op: usize) -> bool {
+        let mut st = lock(&self.inner.state);
+        if st.msg.is_some() || st.sender_gone {
+            return true; // ready: the select takes it with `try_now`
+        }
+        st.waiting.push_back(Waiting::Select { cx: cx.clone(), op });
+        false
+    }
+
+    fn unregister(&mut self, cx: &Arc<Waiter>) {
+        let removed = {
+            let mut st = lock(&self.inner.state);
+            let index = st
+                .waiting
+                .iter()
+                .position(|w| matches!(w, Waiting::Select { cx: c, .. } if Arc::ptr_eq(c, cx)));
+            index.and_then(|i| st.waiting.remove(i))
+        };
+        drop(removed);
+    }
+
+    fn complete(&mut self) {
+        // The sender completed the select with this arm after it sent or was dropped; another
+        // receive through the same receiver may have taken the message since: then it was
+        // received, which `recv` reports as `RecvError` too.
+        *self.out = Some(lock(&self.inner.state).take().unwrap_or(Err(RecvError)));
+    }
+
+    fn complete_abandoned(&mut self) {
+        // Nothing was handed over: the message is still in the channel.
+    }
+}
+
 impl<T> crate::select::SelectRecv<T> for Receiver<T> {}
-impl<T> crate::select::sealed::AsChan<T> for Receiver<T> {
-    fn chan(&self) -> &Chan<T> {
-        &self.chan
+impl<T> RecvArmSource<T> for Receiver<T> {
+    fn recv_arm<'a>(&'a self, out: &'a mut Option<Result<T, RecvError>>) -> Box<dyn Arm + 'a>
+    where
+        T: 'a,
+    {
+        Box::new(SelectArm {
+            inner: &self.inner,
+            out,
+        })
     }
 }

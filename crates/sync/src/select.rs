@@ -33,16 +33,44 @@ use crate::chan::error::{RecvError, SendError, TryRecvError, TrySendError};
 use crate::waiter::{Waiter, deadline_after};
 
 pub(crate) mod sealed {
-    /// Gives the select machinery the channel behind a handle.
+    use super::RecvError;
+
+    /// Gives the select machinery the channel behind a sending handle.
     pub trait AsChan<T> {
         fn chan(&self) -> &crate::chan::Chan<T>;
     }
+
+    /// Makes the select arm of a receiving handle (a channel's, or a oneshot's, which has no
+    /// `Chan`).
+    pub trait RecvArmSource<T> {
+        fn recv_arm<'a>(&'a self, out: &'a mut Option<Result<T, RecvError>>) -> Box<dyn Arm + 'a>
+        where
+            T: 'a;
+    }
+
+    /// One arm of a select, type-erased.
+    pub trait Arm {
+        /// Tries the operation without waiting; true if it completed (the result is stored).
+        fn try_now(&mut self) -> bool;
+        /// Registers `cx` with operation index `op`; true if the operation could complete now.
+        fn register(&mut self, cx: &std::sync::Arc<crate::waiter::Waiter>, op: usize) -> bool;
+        /// Removes the registration (this arm was not completed): a send arm takes its message
+        /// back.
+        fn unregister(&mut self, cx: &std::sync::Arc<crate::waiter::Waiter>);
+        /// A peer completed this arm: read the result.
+        fn complete(&mut self);
+        /// A peer completed this arm but the select is unwinding (cancelled): do not lose what
+        /// it was handed.
+        fn complete_abandoned(&mut self);
+    }
 }
+
+use sealed::Arm;
 
 /// A receiving handle that can be an arm of a [`Select`] or [`select!`](crate::select!):
 /// [`mpsc::Receiver`](crate::mpsc::Receiver), [`mpmc::Receiver`](crate::mpmc::Receiver),
 /// [`oneshot::Receiver`](crate::oneshot::Receiver), and references to them.
-pub trait SelectRecv<T>: sealed::AsChan<T> {}
+pub trait SelectRecv<T>: sealed::RecvArmSource<T> {}
 
 /// A sending handle that can be an arm of a [`Select`] or [`select!`](crate::select!):
 /// [`mpsc::Sender`](crate::mpsc::Sender), [`mpmc::Sender`](crate::mpmc::Sender), and
@@ -56,21 +84,25 @@ impl<T, R: sealed::AsChan<T> + ?Sized> sealed::AsChan<T> for &R {
         (**self).chan()
     }
 }
+impl<T, R: sealed::RecvArmSource<T> + ?Sized> sealed::RecvArmSource<T> for &R {
+    fn recv_arm<'a>(&'a self, out: &'a mut Option<Result<T, RecvError>>) -> Box<dyn Arm + 'a>
+    where
+        T: 'a,
+    {
+        (**self).recv_arm(out)
+    }
+}
 
-/// One arm of a select, type-erased.
-trait Arm {
-    /// Tries the operation without waiting; true if it completed (the result is stored).
-    fn try_now(&mut self) -> bool;
-    /// Registers `cx` with operation index `op`; true if the operation could complete now.
-    fn register(&mut self, cx: &Arc<Waiter>, op: usize) -> bool;
-    /// Removes the registration (this arm was not completed): a send arm takes its message
-    /// back.
-    fn unregister(&mut self, cx: &Arc<Waiter>);
-    /// A peer completed this arm: read the slot into the result.
-    fn complete(&mut self);
-    /// A peer completed this arm but the select is unwinding (cancelled): do not lose what it
-    /// was handed.
-    fn complete_abandoned(&mut self);
+/// The receive arm on a channel.
+pub(crate) fn chan_recv_arm<'a, T: 'a>(
+    chan: &'a Chan<T>,
+    out: &'a mut Option<Result<T, RecvError>>,
+) -> Box<dyn Arm + 'a> {
+    Box::new(RecvArm {
+        chan,
+        out,
+        slot: None,
+    })
 }
 
 struct RecvArm<'a, T> {
@@ -227,11 +259,7 @@ impl<'a> Select<'a> {
         rx: &'a R,
         out: &'a mut Option<Result<T, RecvError>>,
     ) -> usize {
-        self.arms.push(Box::new(RecvArm {
-            chan: rx.chan(),
-            out,
-            slot: None,
-        }));
+        self.arms.push(rx.recv_arm(out));
         self.arms.len() - 1
     }
 

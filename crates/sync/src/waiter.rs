@@ -59,9 +59,10 @@ const SPINS: u8 = 1;
 /// [`Waiter::sleep`]: the completer saw `SPINS` and did not wake it.
 const SKIPPED: u8 = 2;
 
-/// A waiting task's record. See the module docs.
+/// A waiting task's record. See the module docs. (`pub` only so that the select machinery's
+/// sealed traits may name it: the module is private.)
 #[derive(Debug)]
-pub(crate) struct Waiter {
+pub struct Waiter {
     state: AtomicUsize,
     waker: WakerSlot,
     /// The OS thread the waiter registered on ([`thread_token`]).

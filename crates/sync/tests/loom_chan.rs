@@ -298,3 +298,64 @@ fn select_cancel_races_send() {
         assert_eq!(t.join().unwrap(), Ok(()));
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// oneshot (its own protocol: a waiting list woken all at once by the send or the sender's drop)
+
+#[test]
+fn oneshot_send_wakes_a_blocked_receiver() {
+    model("oneshot_send_wakes_a_blocked_receiver", || {
+        let (s, r) = spindle_sync::oneshot::channel::<i32>();
+        let t = thread::spawn(move || s.send(7));
+        assert_eq!(r.recv(), Ok(7));
+        assert_eq!(t.join().unwrap(), Ok(()));
+        assert_eq!(r.recv(), Err(RecvError), "received once");
+    });
+}
+
+#[test]
+fn oneshot_sender_drop_wakes_a_blocked_receiver() {
+    model("oneshot_sender_drop_wakes_a_blocked_receiver", || {
+        let (s, r) = spindle_sync::oneshot::channel::<i32>();
+        let t = thread::spawn(move || drop(s));
+        assert_eq!(r.recv(), Err(RecvError));
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn oneshot_recv_cancel_races_send() {
+    // The receive is cancelled at its park while the send lands: the message stays in the
+    // channel for the next receive, and the cancelled receive left no registration behind.
+    model("oneshot_recv_cancel_races_send", || {
+        let (s, r) = spindle_sync::oneshot::channel::<i32>();
+        let t = thread::spawn(move || s.send(1));
+        let got = match cancelled_at_park(|| r.recv()) {
+            Some(v) => v,
+            None => r.recv(),
+        };
+        assert_eq!(got, Ok(1));
+        assert_eq!(t.join().unwrap(), Ok(()));
+    });
+}
+
+#[test]
+fn oneshot_select_races_send() {
+    // A select over a oneshot and an idle channel, with a deadline: either it takes the
+    // message, or (timed out) the message is still there.
+    model("oneshot_select_races_send", || {
+        let (s, r) = spindle_sync::oneshot::channel::<i32>();
+        let (_idle_tx, idle_rx) = bounded::<i32>(0);
+        let t = thread::spawn(move || s.send(5));
+        let got = select! {
+            recv(r) -> v => v.ok(),
+            recv(idle_rx) -> _ => unreachable!("nobody sends there"),
+            deadline(later()) => None,
+        };
+        assert_eq!(t.join().unwrap(), Ok(()));
+        match got {
+            Some(v) => assert_eq!(v, 5),
+            None => assert_eq!(r.try_recv(), Ok(5), "not lost to the timeout"),
+        }
+    });
+}

@@ -218,8 +218,8 @@ fn yield_many<const W: usize>() -> Bench {
 /// [`PING_PONGS`] tasks; each creates two one-shot channels, spawns its partner, sends it a
 /// ping and awaits the pong, which the partner sends once it has the ping. The root joins the
 /// 1,000 tasks; 2,000 messages per run, and the 2,000 spawns are part of what is timed (as in
-/// tokio's bench). tokio: `tokio::sync::oneshot`; may: `may::sync::mpsc` (may has no one-shot
-/// channel). Timed: from before the first spawn to after the last join, inside the root task.
+/// tokio's bench). spindle: `spindle_sync::oneshot`; tokio: `tokio::sync::oneshot`; may:
+/// `may::sync::mpsc` (may has no one-shot channel). Timed: from before the first spawn to after the last join, inside the root task.
 ///
 /// `std-thread`: two threads (started once per measurement, outside the timed part, pinned to
 /// W CPUs) exchanging [`PING_PONGS`] ping/pong round trips over `std::sync::mpsc`; timed on
@@ -244,7 +244,7 @@ fn ping_pong<const W: usize>() -> Bench {
 
 /// `chained_spawn_w{W}`: ns per spawn. tokio's `chained_spawn` shape: the root task spawns a
 /// task that spawns the next, and so on, [`CHAIN_DEPTH`] deep; the last one signals the root
-/// over a one-shot channel (tokio `oneshot`, may `mpsc`). Timed: from before the first spawn to
+/// over a one-shot channel (spindle and tokio `oneshot`, may `mpsc`). Timed: from before the first spawn to
 /// the root receiving the signal, inside the root task.
 ///
 /// `std-thread`: each thread spawns the next (detached) and exits; the driver thread, pinned to

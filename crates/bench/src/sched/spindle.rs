@@ -6,14 +6,11 @@
 //! it time itself from before its first spawn until it has seen every operation complete — as
 //! the tokio and may impls in `super::peers` do, with the same sizes and the same checks.
 //!
-//! `ping_pong` needs a oneshot channel; until `spindle-sync` exists it uses [`Oneshot`] below, a
-//! minimal one on `spindle_park` (a mutex, the value, the receiver's waker).
+//! `ping_pong` and `chained_spawn` use `spindle_sync::oneshot`, as tokio's use its `oneshot`.
 //!
 //! (The timer wheel's `spindle` rows are in `super::timer`.)
 
 use std::hint::black_box;
-use std::sync::{Arc, Mutex};
-use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use spindle_rt::{Policy, Runtime};
@@ -92,57 +89,19 @@ fn yield_many() -> RunResult {
     Ok(start.elapsed())
 }
 
-/// A one-value channel on `spindle_park`, standing in for `spindle-sync`'s.
-struct Oneshot<T> {
-    slot: Mutex<(Option<T>, Option<Waker>)>,
-}
-
-impl<T> Oneshot<T> {
-    fn new() -> Arc<Self> {
-        Arc::new(Oneshot {
-            slot: Mutex::new((None, None)),
-        })
-    }
-
-    fn send(&self, value: T) {
-        let waker = {
-            let mut s = self.slot.lock().unwrap();
-            s.0 = Some(value);
-            s.1.take()
-        };
-        if let Some(w) = waker {
-            w.wake();
-        }
-    }
-
-    fn recv(&self) -> T {
-        loop {
-            {
-                let mut s = self.slot.lock().unwrap();
-                if let Some(v) = s.0.take() {
-                    return v;
-                }
-                s.1 = Some(spindle_park::waker());
-            }
-            spindle_park::park();
-        }
-    }
-}
-
 fn ping_pong() -> RunResult {
     let start = Instant::now();
     let handles: Vec<_> = (0..PING_PONGS)
         .map(|_| {
             spindle_rt::spawn(|| {
-                let ping = Oneshot::new();
-                let pong = Oneshot::new();
-                let (ping2, pong2) = (ping.clone(), pong.clone());
+                let (ping_tx, ping_rx) = spindle_sync::oneshot::channel::<()>();
+                let (pong_tx, pong_rx) = spindle_sync::oneshot::channel::<()>();
                 spindle_rt::spawn(move || {
-                    ping2.recv();
-                    pong2.send(());
+                    ping_rx.recv().unwrap();
+                    pong_tx.send(()).unwrap();
                 });
-                ping.send(());
-                pong.recv();
+                ping_tx.send(()).unwrap();
+                pong_rx.recv().unwrap();
             })
         })
         .collect();
@@ -153,17 +112,19 @@ fn ping_pong() -> RunResult {
 }
 
 fn chained_spawn() -> RunResult {
-    fn link(done: Arc<Oneshot<()>>, n: u64) {
+    fn link(done: spindle_sync::oneshot::Sender<()>, n: u64) {
         if n == 0 {
-            done.send(());
+            let _ = done.send(());
         } else {
             spindle_rt::spawn(move || link(done, n - 1));
         }
     }
     let start = Instant::now();
-    let done = Oneshot::new();
-    link(done.clone(), CHAIN_DEPTH);
-    done.recv();
+    let (done_tx, done_rx) = spindle_sync::oneshot::channel();
+    link(done_tx, CHAIN_DEPTH);
+    done_rx
+        .recv()
+        .map_err(|_| "the chain ended without a message".to_string())?;
     Ok(start.elapsed())
 }
 

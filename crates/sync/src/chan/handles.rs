@@ -296,9 +296,15 @@ macro_rules! channel_handles {
         }
 
         impl<T> $crate::select::SelectRecv<T> for Receiver<T> {}
-        impl<T> $crate::select::sealed::AsChan<T> for Receiver<T> {
-            fn chan(&self) -> &Chan<T> {
-                &self.chan
+        impl<T> $crate::select::sealed::RecvArmSource<T> for Receiver<T> {
+            fn recv_arm<'a>(
+                &'a self,
+                out: &'a mut Option<Result<T, $crate::chan::error::RecvError>>,
+            ) -> Box<dyn $crate::select::sealed::Arm + 'a>
+            where
+                T: 'a,
+            {
+                $crate::select::chan_recv_arm(&self.chan, out)
             }
         }
         impl<T> $crate::select::SelectSend<T> for Sender<T> {}

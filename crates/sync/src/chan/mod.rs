@@ -24,10 +24,10 @@
 //! other side without a message: a receiver's empty slot then means "disconnected", a
 //! sender's still-full slot means "no receiver": it gets its message back.
 
+pub(crate) mod deque;
 pub(crate) mod error;
 pub(crate) mod handles;
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -37,6 +37,7 @@ use std::time::Instant;
 
 use crate::loom::{AtomicU8, AtomicUsize, DataCell, Ordering, StdMutex, StdMutexGuard, lock};
 use crate::waiter::Waiter;
+use deque::SmallDeque;
 use error::{RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError};
 
 /// A message slot of a waiting operation. Access rules: see the module docs (the owner before
@@ -113,9 +114,9 @@ impl<T> Entry<T> {
 }
 
 struct State<T> {
-    buf: VecDeque<T>,
-    senders: VecDeque<Entry<T>>,
-    receivers: VecDeque<Entry<T>>,
+    buf: SmallDeque<T>,
+    senders: SmallDeque<Entry<T>>,
+    receivers: SmallDeque<Entry<T>>,
     /// Every sender is gone.
     tx_gone: bool,
     /// Every receiver is gone.
@@ -164,9 +165,9 @@ impl<T> Chan<T> {
     pub(crate) fn new(cap: Option<usize>) -> Arc<Chan<T>> {
         Arc::new(Chan {
             state: StdMutex::new(State {
-                buf: VecDeque::new(),
-                senders: VecDeque::new(),
-                receivers: VecDeque::new(),
+                buf: SmallDeque::new(),
+                senders: SmallDeque::new(),
+                receivers: SmallDeque::new(),
                 tx_gone: false,
                 rx_gone: false,
             }),
@@ -560,10 +561,8 @@ impl<T> Chan<T> {
     pub(crate) fn unregister_recv(&self, cx: &Waiter) {
         let removed = {
             let mut st = self.lock();
-            st.receivers
-                .iter()
-                .position(|e| std::ptr::eq(e.cx(), cx))
-                .and_then(|i| st.receivers.remove(i))
+            let index = st.receivers.iter().position(|e| std::ptr::eq(e.cx(), cx));
+            index.and_then(|i| st.receivers.remove(i))
         };
         drop(removed);
     }
@@ -573,10 +572,8 @@ impl<T> Chan<T> {
         // with a message in it.
         let removed = {
             let mut st = self.lock();
-            st.senders
-                .iter()
-                .position(|e| std::ptr::eq(e.cx(), cx))
-                .and_then(|i| st.senders.remove(i))
+            let index = st.senders.iter().position(|e| std::ptr::eq(e.cx(), cx));
+            index.and_then(|i| st.senders.remove(i))
         };
         drop(removed);
     }
@@ -628,8 +625,11 @@ impl<T> Chan<T> {
         let woken: Vec<_> = {
             let mut st = self.lock();
             st.tx_gone = true;
+            if st.receivers.is_empty() {
+                return; // the usual case: nobody waits (and no iterator, no vector)
+            }
             st.receivers
-                .drain(..)
+                .drain_all()
                 .filter(|e| e.cx().try_select(e.op))
                 .collect()
         };
@@ -644,12 +644,15 @@ impl<T> Chan<T> {
         if self.receivers.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
         }
-        let (buf, woken): (VecDeque<T>, Vec<_>) = {
+        let (buf, woken): (SmallDeque<T>, Vec<_>) = {
             let mut st = self.lock();
             st.rx_gone = true;
+            if st.senders.is_empty() && st.buf.is_empty() {
+                return; // the usual case: nothing buffered, nobody waits
+            }
             let woken = st
                 .senders
-                .drain(..)
+                .drain_all()
                 .filter(|e| e.cx().try_select(e.op))
                 .collect();
             (std::mem::take(&mut st.buf), woken)
@@ -774,7 +777,7 @@ impl<T> fmt::Debug for SendFuture<'_, T> {
 }
 
 /// The future of `Receiver::recv_async` ([`mpsc`](crate::mpsc::Receiver::recv_async),
-/// [`mpmc`](crate::mpmc::Receiver::recv_async), [`oneshot`](crate::oneshot::Receiver::recv_async)):
+/// [`mpmc`](crate::mpmc::Receiver::recv_async)):
 /// a message, or [`RecvError`] once the channel is empty and every sender is gone.
 #[must_use = "futures do nothing unless polled"]
 pub struct RecvFuture<'a, T> {
