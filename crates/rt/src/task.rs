@@ -566,9 +566,11 @@ where
             f()
         }));
         // Coroutine-locals die with the coroutine, on its stack, before it finishes.
-        // SAFETY: only the running coroutine touches its locals.
-        let locals = unsafe { &mut *header.locals.get() };
-        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| locals.clear()));
+        let locals = header.locals.get();
+        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: the running coroutine's own locals; nothing borrows them now.
+            unsafe { crate::local::Locals::clear(locals) }
+        }));
         header.yielder.store(ptr::null_mut(), Ordering::Release);
         match outcome {
             Ok(value) => match dropped {

@@ -289,6 +289,37 @@ macro_rules! policy_suite {
             }
 
             #[test]
+            fn coroutine_local_initialisers_and_destructors_may_use_other_locals() {
+                static LOG: Mutex<Vec<&str>> = Mutex::new(Vec::new());
+                struct LogsOnDrop;
+                impl Drop for LogsOnDrop {
+                    fn drop(&mut self) {
+                        // A destructor that uses another coroutine-local (made fresh if it
+                        // was dropped already: that one is dropped too).
+                        BASE.with(|b| assert_eq!(*b, 41));
+                        LOG.lock().unwrap().push("dropped");
+                    }
+                }
+                spindle_rt::coroutine_local! {
+                    static BASE: u32 = 41;
+                    // An initialiser that uses another coroutine-local.
+                    static DERIVED: u32 = BASE.with(|b| b + 1);
+                    static GUARD: LogsOnDrop = LogsOnDrop;
+                }
+                let rt = rt(1);
+                let got = rt.block_on(|| {
+                    spindle_rt::spawn(|| {
+                        GUARD.with(|_| ());
+                        DERIVED.with(|d| *d)
+                    })
+                    .join()
+                    .unwrap()
+                });
+                assert_eq!(got, 42);
+                assert!(LOG.lock().unwrap().contains(&"dropped"));
+            }
+
+            #[test]
             fn blocking_work_runs_on_the_pool_while_the_worker_runs_others() {
                 let rt = rt(1);
                 let progressed = Arc::new(AtomicUsize::new(0));
