@@ -380,6 +380,10 @@ impl Driver for EpollDriver {
     fn reactor(&self) -> Option<Arc<dyn Reactor>> {
         Some(self.shared.clone())
     }
+
+    fn has_reactor(&self) -> bool {
+        true
+    }
 }
 
 impl Drop for EpollDriver {

@@ -487,6 +487,10 @@ impl Driver for KqueueDriver {
     fn reactor(&self) -> Option<Arc<dyn Reactor>> {
         Some(self.shared.clone())
     }
+
+    fn has_reactor(&self) -> bool {
+        true
+    }
 }
 
 impl Drop for KqueueDriver {

@@ -341,6 +341,10 @@ impl Driver for PollingDriver {
     fn reactor(&self) -> Option<Arc<dyn Reactor>> {
         Some(self.shared.clone())
     }
+
+    fn has_reactor(&self) -> bool {
+        true
+    }
 }
 
 impl Drop for PollingDriver {

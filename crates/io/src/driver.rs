@@ -65,6 +65,12 @@ pub trait Driver: 'static {
         None
     }
 
+    /// Whether [`reactor`](Driver::reactor) is `Some`, without cloning it (asked on every
+    /// wait; readiness backends override it with `true`).
+    fn has_reactor(&self) -> bool {
+        self.reactor().is_some()
+    }
+
     /// The completion interface, for completion-based drivers.
     fn proactor(&self) -> Option<&dyn Proactor> {
         None

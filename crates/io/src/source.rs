@@ -33,13 +33,22 @@ struct Registration {
 /// The waiting machinery of one source.
 ///
 /// Registrations are kept until the source is dropped (a source registers again only when it
-/// moves to another runtime, so the list stays tiny). That lets `current` point at the latest
-/// one without a lock: what it points to lives as long as `self`.
+/// moves to another runtime, so the list stays tiny). That lets `current` and `latest` point at
+/// the latest one without a lock: what they point to (boxed) lives as long as `self`.
+/// (`deregister` empties the list, but only with no operation in progress: at the drop, or
+/// when the source is handed out by value.)
 pub(crate) struct Evented {
     fd: RawSource,
     /// The latest registration's `ScheduledIo` (null: none yet), owned by `regs`.
     current: AtomicPtr<ScheduledIo>,
-    regs: Mutex<Vec<Registration>>,
+    /// The latest registration (null: none yet), owned by `regs`: a wait reaches it without
+    /// the lock and without cloning its `Arc`s (the lock and the clones were eight atomic
+    /// read-modify-writes per wait).
+    latest: AtomicPtr<Registration>,
+    /// Boxed on purpose (against clippy's `vec_box`): `latest` points into the boxes, which
+    /// must not move when the vector grows.
+    #[allow(clippy::vec_box)]
+    regs: Mutex<Vec<Box<Registration>>>,
     /// Read and write timeouts in nanoseconds (`NO_TIMEOUT`: none).
     read_timeout: AtomicU64,
     write_timeout: AtomicU64,
@@ -82,6 +91,7 @@ impl Evented {
         Evented {
             fd,
             current: AtomicPtr::new(ptr::null_mut()),
+            latest: AtomicPtr::new(ptr::null_mut()),
             regs: Mutex::new(Vec::new()),
             read_timeout: AtomicU64::new(NO_TIMEOUT),
             write_timeout: AtomicU64::new(NO_TIMEOUT),
@@ -94,7 +104,8 @@ impl Evented {
         self.fd
     }
 
-    fn regs(&self) -> MutexGuard<'_, Vec<Registration>> {
+    #[allow(clippy::vec_box)] // see `regs`
+    fn regs(&self) -> MutexGuard<'_, Vec<Box<Registration>>> {
         // Nothing is left half-done under this lock by a panic (a push or a read).
         self.regs.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -206,23 +217,23 @@ impl Evented {
         deadline: Option<Instant>,
         snapshot: Option<(*const ScheduledIo, crate::ReadyEvent)>,
     ) -> io::Result<()> {
-        match crate::driver::current(|d| d.reactor()) {
-            Some(Some(current)) => {
+        match crate::driver::current(|d| d.has_reactor()) {
+            Some(true) => {
                 // Re-armed with the reactor that holds the registration, which is not the
                 // current worker's when the source was registered on another one.
-                let (reactor, io) = self.registration(current)?;
+                let reg = self.registration()?;
                 if let Some((at, event)) = snapshot
-                    && ptr::eq(at, Arc::as_ptr(&io))
+                    && ptr::eq(at, Arc::as_ptr(&reg.io))
                 {
-                    io.clear_readiness(event, interest);
+                    reg.io.clear_readiness(event, interest);
                 }
-                reactor.rearm(self.fd, &io, interest)?;
-                io.wait(interest, deadline).map(drop)
+                reg.reactor.rearm(self.fd, &reg.io, interest)?;
+                reg.io.wait(interest, deadline).map(drop)
             }
             // A completion driver (its operations were not used for this call), or no task:
             // wait for the source itself. In a task on a completion driver, the proactor's
             // poll operation suspends only the task; elsewhere the thread blocks.
-            Some(None) => self.poll_via_proactor(interest, deadline),
+            Some(false) => self.poll_via_proactor(interest, deadline),
             // A task of a runtime without an IO driver: the wait goes to the blocking pool, so
             // only this task waits (with no pool installed, `offload` runs it right here).
             None if spindle_park::in_task() => self.wait_offloaded(interest, deadline),
@@ -250,19 +261,30 @@ impl Evented {
         }
     }
 
-    /// The registration to wait in, and its reactor: the latest one while its driver lives
-    /// (whichever worker that is), else a new one with `current`, the current worker's reactor.
-    fn registration(
-        &self,
-        current: Arc<dyn Reactor>,
-    ) -> io::Result<(Arc<dyn Reactor>, Arc<ScheduledIo>)> {
+    /// The registration to wait in: the latest one while its driver lives (whichever worker
+    /// that is: its events wake us wherever we run), else a new one with the current worker's
+    /// reactor. Called in a task whose driver has a reactor.
+    fn registration(&self) -> io::Result<&Registration> {
+        let latest = self.latest.load(Ordering::Acquire);
+        if !latest.is_null() {
+            // SAFETY: `latest` points at a boxed entry of `regs`, kept until `self` is dropped
+            // or handed out (see the type's docs); the reference cannot outlive `&self`.
+            let reg = unsafe { &*latest };
+            if reg.reactor.is_alive() {
+                return Ok(reg);
+            }
+        }
+        let current = crate::driver::current(|d| d.reactor())
+            .flatten()
+            .ok_or_else(|| io::Error::other("no IO reactor on this thread"))?;
         let mut regs = self.regs();
         if let Some(latest) = regs.last()
             && latest.reactor.is_alive()
         {
-            // Still dispatched (by whichever worker owns it): keep using it, even from another
-            // worker; its events wake us wherever we run.
-            return Ok((latest.reactor.clone(), latest.io.clone()));
+            // Another thread registered meanwhile.
+            let reg: *const Registration = &**latest;
+            // SAFETY: as above (a boxed entry of `regs`).
+            return Ok(unsafe { &*reg });
         }
         let io = current.register(self.fd)?;
         if current.reports_read_closed() {
@@ -271,11 +293,15 @@ impl Evented {
         }
         self.current
             .store(Arc::as_ptr(&io).cast_mut(), Ordering::Release);
-        regs.push(Registration {
-            reactor: current.clone(),
-            io: io.clone(),
+        let reg = Box::new(Registration {
+            reactor: current,
+            io,
         });
-        Ok((current, io))
+        let at: *const Registration = &*reg;
+        regs.push(reg);
+        self.latest.store(at.cast_mut(), Ordering::Release);
+        // SAFETY: as above: the box now belongs to `regs`.
+        Ok(unsafe { &*at })
     }
 
     fn poll_via_proactor(&self, interest: Interest, deadline: Option<Instant>) -> io::Result<()> {
@@ -313,16 +339,16 @@ impl Evented {
         kind: OpKind,
         submit: impl FnOnce(&dyn Proactor, RawSource) -> io::Result<R>,
     ) -> Option<io::Result<R>> {
-        if !spindle_park::in_task() {
-            return None;
-        }
-        // The operation lives in this worker's ring or port: cancelling it must happen there.
-        let _pin = spindle_park::pin_to_thread();
+        // (`current` is `None` outside a task.) A readiness driver answers at the first
+        // question, before any pin: this runs on every read and write.
         crate::driver::current(|d: &dyn Driver| {
             let p = d.proactor()?;
             if !p.supports(kind) {
                 return None;
             }
+            // The operation lives in this worker's ring or port: cancelling it must happen
+            // there.
+            let _pin = spindle_park::pin_to_thread();
             if let Err(e) = self.proactor_registration(d) {
                 return Some(Err(e));
             }
@@ -498,6 +524,7 @@ impl Evented {
     pub(crate) fn deregister(&self) {
         let regs = std::mem::take(&mut *self.regs());
         self.current.store(ptr::null_mut(), Ordering::Release);
+        self.latest.store(ptr::null_mut(), Ordering::Release);
         self.drains_io.store(ptr::null_mut(), Ordering::Relaxed);
         for reg in regs {
             if reg.reactor.is_alive() {
