@@ -508,6 +508,22 @@ impl Evented {
         mut nb: impl FnMut(&[u8]) -> io::Result<usize>,
     ) -> io::Result<usize> {
         if let Some(r) = self.completion(kind, |p, fd| {
+            // A socket send almost always finds room in the socket buffer: the plain
+            // non-blocking call then does it at once, where a submission would cost a ring
+            // entry, a completion and, often, one more system call to reap it. Only when the
+            // buffer is full does the send go to the ring. (io_uring only: an IOCP socket's
+            // sends stay overlapped.)
+            #[cfg(unix)]
+            if kind == OpKind::Send {
+                match nb(buf) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    done => {
+                        spindle_park::consume_budget();
+                        return done;
+                    }
+                }
+            }
             if spindle_park::on_copying_stack() {
                 let bounce = buf[..buf.len().min(BOUNCE_MAX)].to_vec();
                 p.submit(make(fd, &bounce), deadline)
