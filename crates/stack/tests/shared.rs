@@ -153,6 +153,32 @@ fn dropping_the_occupant_frees_the_region() {
     assert!(b.is_occupant());
 }
 
+#[test]
+fn a_slot_made_after_a_drop_starts_clean() {
+    // Dropped slots' states are reused by later slots: nothing of the old one may show.
+    let region = SharedStack::new(64 * KIB).unwrap();
+    let (a, b) = (region.slot(), region.slot());
+    resume(&a, None).unwrap();
+    let a_sp = run(&a, 1, 700);
+    suspend(&a, a_sp);
+    resume(&b, None).unwrap(); // evicts a: a's 700 bytes in its save buffer
+    let b_sp = run(&b, 2, 300);
+    suspend(&b, b_sp);
+    assert_eq!(a.saved_len(), 700);
+    drop(a);
+    let c = region.slot();
+    assert_eq!(c.saved_len(), 0);
+    assert!(!c.is_occupant());
+    resume(&c, None).unwrap(); // evicts b, restores nothing
+    assert!(c.is_occupant() && !b.is_occupant());
+    assert_eq!(b.saved_len(), 300);
+    let c_sp = run(&c, 3, 100);
+    suspend(&c, c_sp);
+    resume(&b, Some(b_sp)).unwrap();
+    assert!(holds_pattern(&b, 2, 300), "b's bytes came back");
+    finish(&b);
+}
+
 #[cfg(unix)]
 #[test]
 fn shared_region_overflow_names_the_running_occupant() {
