@@ -26,14 +26,21 @@ fn an_idle_runtime_wakes_no_thread_and_uses_no_cpu() {
     std::thread::sleep(Duration::from_secs(1));
     let switches = switches_since(&switches_before, &context_switches_except(&me));
     let cpu = process_cpu_ticks() - cpu_before;
+    // Under valgrind (the `valgrind-rt` leg, which is there for memory errors) the workers
+    // settle ~50× slower and valgrind's own scheduler runs on the process's CPU: the figures
+    // mean nothing there.
+    let under_valgrind = std::env::var_os("SPINDLE_UNDER_VALGRIND").is_some();
     // A thread that sleeps without waking up is not switched in at all. The monitor used to
     // tick every 2.5 ms (400 switches a second); allow a few for anything the kernel does.
     assert!(
-        switches <= 4,
+        under_valgrind || switches <= 4,
         "an idle runtime's threads were switched in {switches} times in 1 s"
     );
     // Clock ticks are 10 ms: this thread's own wake-up may be charged one.
-    assert!(cpu <= 2, "an idle runtime used {cpu} ticks of CPU in 1 s");
+    assert!(
+        under_valgrind || cpu <= 2,
+        "an idle runtime used {cpu} ticks of CPU in 1 s"
+    );
     // And it still works afterwards.
     assert_eq!(rt.block_on(|| spindle_rt::spawn(|| 7).join().unwrap()), 7);
     drop(rt);

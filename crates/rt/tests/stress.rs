@@ -29,7 +29,14 @@ fn parking_coroutines_hammered_by_wakers_from_threads_and_coroutines() {
             .build()
             .unwrap();
         const COROUTINES: usize = 32;
-        const ROUNDS: u64 = 2_000;
+        // Under valgrind (one thread at a time, ~50× slower) the four busy waker threads and
+        // the workers' look phases share one CPU: 2,000 rounds ran for 25 minutes there
+        // without finishing (100 took 218 s).
+        let rounds: u64 = if std::env::var_os("SPINDLE_UNDER_VALGRIND").is_some() {
+            20
+        } else {
+            2_000
+        };
         let wakers: Arc<Mutex<Vec<Option<Waker>>>> = Arc::new(Mutex::new(vec![None; COROUTINES]));
         let progress: Arc<Vec<AtomicU64>> =
             Arc::new((0..COROUTINES).map(|_| AtomicU64::new(0)).collect());
@@ -39,7 +46,7 @@ fn parking_coroutines_hammered_by_wakers_from_threads_and_coroutines() {
                 let (wakers, progress) = (wakers.clone(), progress.clone());
                 rt.spawn(move || {
                     let inside = AtomicBool::new(false);
-                    for _ in 0..ROUNDS {
+                    for _ in 0..rounds {
                         assert!(
                             !inside.swap(true, Ordering::SeqCst),
                             "resumed while running"
@@ -80,7 +87,7 @@ fn parking_coroutines_hammered_by_wakers_from_threads_and_coroutines() {
             t.join().unwrap();
         }
         let total: u64 = progress.iter().map(|p| p.load(Ordering::Relaxed)).sum();
-        assert_eq!(total, COROUTINES as u64 * ROUNDS);
+        assert_eq!(total, COROUTINES as u64 * rounds);
     }
 }
 
