@@ -75,6 +75,8 @@
 //! buffer to the kernel asks [`on_copying_stack`] and bounces such buffers through the heap.
 #![deny(missing_docs)]
 
+pub mod spin;
+
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;

@@ -160,7 +160,6 @@ mod registry;
 mod runtime;
 mod scope;
 mod spawn;
-mod spin;
 mod task;
 mod time;
 mod worker;

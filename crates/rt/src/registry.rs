@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::spin::SpinLock;
 use crate::task::{TaskRef, lock};
+use spindle_park::spin::SpinLock;
 
 /// See the module documentation.
 pub(crate) struct TaskRegistry {

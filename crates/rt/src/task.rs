@@ -298,7 +298,7 @@ impl fmt::Debug for TaskRef {
 
 /// The result of a task, shared with its `JoinHandle`.
 pub(crate) struct JoinCell<T> {
-    pub(crate) slot: crate::spin::SpinLock<JoinSlot<T>>,
+    pub(crate) slot: spindle_park::spin::SpinLock<JoinSlot<T>>,
 }
 
 pub(crate) struct JoinSlot<T> {
@@ -610,7 +610,7 @@ where
         prefix: TaskPrefix {
             header,
             join: JoinCell {
-                slot: crate::spin::SpinLock::new(JoinSlot {
+                slot: spindle_park::spin::SpinLock::new(JoinSlot {
                     result: None,
                     done: false,
                     waiter: None,

@@ -167,8 +167,6 @@
 #![deny(missing_docs)]
 
 mod loom;
-#[cfg(not(loom))]
-mod spin;
 mod waiter;
 
 mod barrier;

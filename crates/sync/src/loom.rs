@@ -15,10 +15,10 @@ pub(crate) use self::loom_lock::{Mutex as StdMutex, MutexGuard as StdMutexGuard}
 #[cfg(loom)]
 pub(crate) use ::loom::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
-/// The internal lock: a spin lock whose unlock is a store (see `crate::spin`). The name
+/// The internal lock: a spin lock whose unlock is a store (`spindle_park::spin`). The name
 /// stays: it is what the loom build swaps.
 #[cfg(not(loom))]
-pub(crate) use crate::spin::{SpinGuard as StdMutexGuard, SpinLock as StdMutex};
+pub(crate) use spindle_park::spin::{SpinGuard as StdMutexGuard, SpinLock as StdMutex};
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 

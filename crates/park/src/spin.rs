@@ -1,23 +1,29 @@
-//! The lock of spindle-sync's internal critical sections (wait queues, channel state).
+//! [`SpinLock`]: the lock of critical sections that move a value or two and never block.
 //!
-//! A channel operation takes its channel's lock once or twice; `std::sync::Mutex` pays an
-//! atomic read-modify-write to lock *and* one to unlock (the unlock must learn whether a
-//! thread sleeps on the lock), each a serializing instruction of ~20 cycles. Here the unlock
-//! is a plain release store: nobody sleeps on this lock, a waiter spins and then yields its
-//! thread. (crossbeam-channel guards its waiter lists the same way.)
+//! `spindle-rt` (a task's join cell, the registry of live tasks) and `spindle-sync` (every
+//! primitive's and channel's internal state) take it around a few stores each time.
+//! `std::sync::Mutex` pays an atomic read-modify-write to lock *and* one to unlock (the unlock
+//! must learn whether a thread sleeps on the lock), each a serializing instruction of ~20
+//! cycles on a path of a few hundred nanoseconds. Here the unlock is a plain release store:
+//! nobody sleeps on this lock; a waiter spins, then yields its thread. (crossbeam-channel
+//! guards its waiter lists the same way.)
 //!
-//! That is only right because of how the crate uses it: every internal critical section moves
-//! a few values in or out and never blocks or parks while it holds the guard (see `loom::lock`:
-//! none calls user code), so a waiter waits for a few stores, or for a holder the OS
-//! preempted — the case the `yield_now` fallback is for. (The same lock, for the same reason,
-//! as `spindle-rt`'s: the two crates do not depend on each other.)
+//! It is only right for critical sections that never block, park, suspend a coroutine or run
+//! code that might: then a waiter waits for a few stores, or for a holder the OS preempted —
+//! the case the `yield_now` fallback is for. Not a general-purpose lock.
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// See the module documentation.
-pub(crate) struct SpinLock<T> {
+/// A spin lock for critical sections that never block (see the [module docs](self)).
+///
+/// ```
+/// let count = spindle_park::spin::SpinLock::new(0u32);
+/// *count.lock() += 1;
+/// assert_eq!(*count.lock(), 1);
+/// ```
+pub struct SpinLock<T> {
     locked: AtomicBool,
     value: UnsafeCell<T>,
 }
@@ -30,7 +36,8 @@ unsafe impl<T: Send> Sync for SpinLock<T> {}
 unsafe impl<T: Send> Send for SpinLock<T> {}
 
 impl<T> SpinLock<T> {
-    pub(crate) const fn new(value: T) -> Self {
+    /// An unlocked lock holding `value`.
+    pub const fn new(value: T) -> Self {
         SpinLock {
             locked: AtomicBool::new(false),
             value: UnsafeCell::new(value),
@@ -39,7 +46,7 @@ impl<T> SpinLock<T> {
 
     /// Takes the lock; spins (then yields the thread) while another holder has it.
     #[inline]
-    pub(crate) fn lock(&self) -> SpinGuard<'_, T> {
+    pub fn lock(&self) -> SpinGuard<'_, T> {
         if self.locked.swap(true, Ordering::Acquire) {
             self.lock_contended();
         }
@@ -84,8 +91,14 @@ impl<T: Default> Default for SpinLock<T> {
 
 /// Holds a [`SpinLock`]; unlocks on drop (also during a panic: the runtime's critical sections
 /// only move values, so there is nothing to poison).
-pub(crate) struct SpinGuard<'a, T> {
+pub struct SpinGuard<'a, T> {
     lock: &'a SpinLock<T>,
+}
+
+impl<T> std::fmt::Debug for SpinGuard<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpinGuard").finish_non_exhaustive()
+    }
 }
 
 impl<T> Deref for SpinGuard<'_, T> {
