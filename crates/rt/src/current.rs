@@ -25,7 +25,7 @@ impl Current {
     /// Wakes the coroutine if it is parked in [`park`](crate::park), or makes its next `park`
     /// return at once (the permit of `std::thread::unpark`).
     pub fn unpark(&self) {
-        self.task.0.clone().waker().wake();
+        self.task.wake_by_ref();
     }
 }
 

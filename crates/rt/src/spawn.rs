@@ -412,6 +412,8 @@ where
         home: AtomicUsize::new(home),
         migratable: builder.migratable,
         yielder: AtomicPtr::new(std::ptr::null_mut()),
+        vtable: crate::task::vtable_of::<T, F>(),
+        refs: AtomicUsize::new(0), // set by `new_task`
         park_seq: AtomicU64::new(0),
         no_cancel: Cell::new(0),
         copying: builder.stack == Some(StackKind::Shared),

@@ -38,7 +38,7 @@ use std::fmt;
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Wake, Waker};
+use std::task::{RawWaker, RawWakerVTable, Waker};
 use std::time::Instant;
 
 #[cfg(feature = "stack-shared")]
@@ -86,9 +86,10 @@ pub(crate) struct CancelUnwind;
 
 /// What every task has, whatever its result type.
 ///
-/// `repr(C)`, in this order: what a worker and a yield touch every time (state to pins) come
-/// first, in one 64-byte line of the task's allocation, so that switching among many tasks
-/// misses the cache as little as it can; spawn-, park- and finish-time fields follow.
+/// `repr(C)`, in this order: what a worker, a yield and a wake-up touch every time (state to
+/// `copying`) come first, in the first 64 bytes of the task's allocation, so that switching
+/// among many tasks misses the cache as little as it can; spawn-, park- and finish-time fields
+/// follow.
 #[repr(C)]
 pub(crate) struct Header {
     pub(crate) state: AtomicU32,
@@ -98,10 +99,13 @@ pub(crate) struct Header {
     pub(crate) home: AtomicUsize,
     /// The yielder of the running coroutine (set by the coroutine at its start).
     pub(crate) yielder: AtomicPtr<TaskYielder>,
+    /// The task's type-erased operations (set by [`new_task`]).
+    pub(crate) vtable: &'static TaskVtable,
+    /// References to the task: [`TaskRef`]s and wakers (see [`TaskRef`]).
+    pub(crate) refs: AtomicUsize,
     pub(crate) id: u64,
-    /// Incremented by every park with a deadline; a timer entry carries the value it was made
-    /// with, so a timer left over from an earlier park wakes nothing.
-    pub(crate) park_seq: AtomicU64,
+    /// The runtime: set at spawn, then read through [`Header::shared`] only (see there).
+    pub(crate) shared: ptr::NonNull<Shared>,
     /// Depth of `spindle_park::PinGuard`s held by a migratable coroutine: while > 0 its home
     /// is the worker it runs on (touched only by the running coroutine).
     pub(crate) pins: Cell<u32>,
@@ -110,12 +114,13 @@ pub(crate) struct Header {
     pub(crate) migratable: bool,
     /// The coroutine runs on a copying (shared) stack.
     pub(crate) copying: bool,
+    /// Incremented by every park with a deadline; a timer entry carries the value it was made
+    /// with, so a timer left over from an earlier park wakes nothing.
+    pub(crate) park_seq: AtomicU64,
     /// Where the task sits in the runtime's registry (`registry::Key` bits), written once at
     /// spawn before the task is scheduled, read when it finishes (the queues' hand-off orders
     /// the two).
     pub(crate) registry_key: AtomicU64,
-    /// The runtime: set at spawn, then read through [`Header::shared`] only (see there).
-    pub(crate) shared: ptr::NonNull<Shared>,
     /// The timer armed by the current park: (worker, key). Written by the worker after the
     /// coroutine parked, read by the coroutine when it resumes (never at the same time).
     pub(crate) timer: Cell<Option<(usize, spindle_timer::TimerKey)>>,
@@ -249,37 +254,159 @@ impl Header {
     }
 }
 
-/// What the runtime needs of a task, whatever its result type.
-///
-/// # Safety
-///
-/// The implementing type starts with a [`TaskPrefix<T>`] (`#[repr(C)]`, prefix first), `T`
-/// being its result type: [`TaskRef::header`] reads the header through the data pointer,
-/// without a virtual call, and [`TypedTask::join`] the join cell.
-pub(crate) unsafe trait RawTask: Send + Sync + 'static {
+/// What the runtime needs of a task whatever its types: the task's "vtable", one `static` per
+/// task type, found through [`Header::vtable`].
+pub(crate) struct TaskVtable {
     /// Runs the coroutine until it suspends or finishes.
     ///
-    /// # Safety
+    /// Safety: the caller holds the task (it popped it and `start_running` succeeded) and
+    /// runs on a worker thread of the task's runtime, on the worker's own stack.
+    run: unsafe fn(ptr::NonNull<Header>) -> Option<Suspend>,
+    /// Drops the task in place and frees its allocation.
     ///
-    /// The caller holds the task (it popped it and `start_running` succeeded)
-    /// and runs on a worker thread of the task's runtime, on the worker's own stack.
-    unsafe fn run(&self) -> Option<Suspend>;
-
-    /// A waker for this task.
-    fn waker(self: Arc<Self>) -> Waker;
+    /// Safety: the last reference is gone (the count reached zero).
+    destroy: unsafe fn(ptr::NonNull<Header>),
 }
 
-/// A task as the policies see it.
-#[derive(Clone)]
-pub(crate) struct TaskRef(pub(crate) Arc<dyn RawTask>);
+/// The most references a task may have; more means references are being leaked in a loop, and
+/// the process aborts before the count can wrap (as `Arc` does).
+const MAX_REFS: usize = isize::MAX as usize;
+
+/// A counted reference to a task: what the policies queue, the registry keeps, wakers are.
+///
+/// The task is one allocation (a [`TaskCell`], from [`task_alloc`](crate::task_alloc)) that
+/// starts with its [`Header`]; the header holds the reference count and the vtable. Not an
+/// `Arc<dyn …>`: an `Arc`'s block can only come from the global allocator, and a task's comes
+/// from its worker's cache of freed task blocks. The counting is `Arc`'s: clones increment
+/// (relaxed: a new reference is made from an existing one), drops decrement (release), and the
+/// drop that reaches zero destroys the task after an acquire fence, so every use by every
+/// other reference happens before the destruction.
+pub(crate) struct TaskRef(ptr::NonNull<Header>);
+
+// SAFETY: a task is `Sync` (its header is, and its body is only touched by the worker that
+// popped it; see `TaskCell`) and its closure and result are `Send` (`new_task`'s bounds), so
+// references may move between threads and be shared, as an `Arc` of the task could.
+unsafe impl Send for TaskRef {}
+// SAFETY: as above.
+unsafe impl Sync for TaskRef {}
 
 impl TaskRef {
     #[inline]
     pub(crate) fn header(&self) -> &Header {
-        // SAFETY: every `RawTask` starts with its header (the trait's contract), so the data
-        // pointer of the `Arc` points to a live `Header` for as long as `self` is borrowed.
-        unsafe { &*Arc::as_ptr(&self.0).cast::<Header>() }
+        // SAFETY: `self` counts one reference, so the task (whose allocation starts with its
+        // header) is alive for as long as `self` is borrowed.
+        unsafe { self.0.as_ref() }
     }
+
+    /// Runs the coroutine until it suspends or finishes.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the task (it popped it and `start_running` succeeded) and runs on a
+    /// worker thread of the task's runtime, on the worker's own stack.
+    #[inline]
+    pub(crate) unsafe fn run(&self) -> Option<Suspend> {
+        // SAFETY: the vtable of this task's type, with the caller's guarantees.
+        unsafe { (self.header().vtable.run)(self.0) }
+    }
+
+    /// A waker for this task (it counts as a reference).
+    pub(crate) fn waker(self) -> Waker {
+        let raw = RawWaker::new(self.0.as_ptr().cast_const().cast(), &WAKER_VTABLE);
+        std::mem::forget(self);
+        // SAFETY: `WAKER_VTABLE`'s functions uphold `RawWaker`'s contract: the data pointer
+        // is a task header carrying the reference `self` gave up; clone counts another, drop
+        // and wake give theirs back; all of it is thread-safe (atomic counts; waking is the
+        // thread-safe `wake_task`).
+        unsafe { Waker::from_raw(raw) }
+    }
+
+    /// Wakes the task: sets its permit and schedules it if it was idle.
+    pub(crate) fn wake(self) {
+        let header = self.header();
+        if header.notify(State::NOTIFIED) {
+            // The runtime outlives the task's next run (see `Header::shared`), and `self` moves.
+            let shared: *const Shared = header.shared();
+            // SAFETY: as just said.
+            unsafe { (*shared).schedule(self, spindle_sched::Reason::Woken) };
+        }
+    }
+
+    /// [`wake`](Self::wake) without giving up this reference.
+    pub(crate) fn wake_by_ref(&self) {
+        let header = self.header();
+        if header.notify(State::NOTIFIED) {
+            header
+                .shared()
+                .schedule(self.clone(), spindle_sched::Reason::Woken);
+        }
+    }
+
+    /// A reference from a pointer that carries one (a waker's data pointer).
+    ///
+    /// # Safety
+    ///
+    /// `header` points to a live task's header, and the caller gives the reference it counted
+    /// to the result.
+    unsafe fn from_raw(header: *const ()) -> TaskRef {
+        // SAFETY: non-null: it points to a live header, per the caller.
+        TaskRef(unsafe { ptr::NonNull::new_unchecked(header.cast_mut().cast()) })
+    }
+}
+
+impl Clone for TaskRef {
+    #[inline]
+    fn clone(&self) -> Self {
+        if self.header().refs.fetch_add(1, Ordering::Relaxed) > MAX_REFS {
+            // Billions of leaked references: the count is about to wrap, which would free a
+            // task still in use. `Arc` aborts here too.
+            std::process::abort();
+        }
+        TaskRef(self.0)
+    }
+}
+
+impl Drop for TaskRef {
+    #[inline]
+    fn drop(&mut self) {
+        if self.header().refs.fetch_sub(1, Ordering::Release) != 1 {
+            return;
+        }
+        // Every other reference's uses happen before this destruction (their decrements are
+        // releases; this fence acquires them).
+        std::sync::atomic::fence(Ordering::Acquire);
+        // SAFETY: the count reached zero: this was the last reference.
+        unsafe { (self.header().vtable.destroy)(self.0) };
+    }
+}
+
+/// The wakers of tasks: a data pointer to the task's header that counts one reference.
+static WAKER_VTABLE: RawWakerVTable =
+    RawWakerVTable::new(waker_clone, waker_wake, waker_wake_by_ref, waker_drop);
+
+/// Safety (all four): `data` is a task header carrying the waker's reference (`TaskRef::waker`).
+unsafe fn waker_clone(data: *const ()) -> RawWaker {
+    // SAFETY: the waker's reference keeps the task alive; the clone is a new reference,
+    // handed to the new waker.
+    let task = std::mem::ManuallyDrop::new(unsafe { TaskRef::from_raw(data) });
+    std::mem::forget(TaskRef::clone(&task));
+    RawWaker::new(data, &WAKER_VTABLE)
+}
+
+unsafe fn waker_wake(data: *const ()) {
+    // SAFETY: the waker is consumed: its reference moves to `task`.
+    unsafe { TaskRef::from_raw(data) }.wake();
+}
+
+unsafe fn waker_wake_by_ref(data: *const ()) {
+    // SAFETY: the waker keeps its reference: `task` must not drop it.
+    let task = std::mem::ManuallyDrop::new(unsafe { TaskRef::from_raw(data) });
+    task.wake_by_ref();
+}
+
+unsafe fn waker_drop(data: *const ()) {
+    // SAFETY: the waker is dropped: its reference moves to `task`, which gives it back.
+    drop(unsafe { TaskRef::from_raw(data) });
 }
 
 impl spindle_sched::Task for TaskRef {
@@ -353,19 +480,20 @@ pub(crate) struct ThreadBound<C>(pub(crate) C);
 unsafe impl<C> Send for ThreadBound<C> {}
 
 /// What a task with result type `T` has whatever its closure: the header and the join cell.
-/// `repr(C)`, header first: the start of every task (see [`RawTask`]).
+/// `repr(C)`, header first: the start of every task (see [`TaskCell`]).
 #[repr(C)]
 pub(crate) struct TaskPrefix<T> {
     pub(crate) header: Header,
     pub(crate) join: JoinCell<T>,
 }
 
-/// A task with result type `T` running closure `F`. `repr(C)`, the prefix first: see
-/// [`RawTask`].
+/// A task with result type `T` running closure `F`. `repr(C)`, the prefix first (and the
+/// prefix's header first): a pointer to the task is a pointer to its header
+/// ([`TaskRef::header`]) and to its prefix ([`TypedTask::join`]).
 #[repr(C)]
 pub(crate) struct TaskCell<T, F> {
     pub(crate) prefix: TaskPrefix<T>,
-    /// Touched only by the worker that popped the task (see `RawTask::run`).
+    /// Touched only by the worker that popped the task (see `TaskCell::run`).
     body: UnsafeCell<Body<T, F>>,
 }
 
@@ -379,13 +507,37 @@ unsafe impl<T: Send, F: Send> Sync for TaskCell<T, F> {}
 // SAFETY: as above.
 unsafe impl<T: Send, F: Send> Send for TaskCell<T, F> {}
 
-// SAFETY: `TaskCell` is `repr(C)` with its prefix first, and the prefix is `repr(C)` with the
-// header first.
-unsafe impl<T, F> RawTask for TaskCell<T, F>
+impl<T, F> TaskCell<T, F>
 where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
 {
+    /// This task type's vtable (a promoted constant: one `static` per type).
+    const VTABLE: &'static TaskVtable = &TaskVtable {
+        run: Self::run_raw,
+        destroy: Self::destroy_raw,
+    };
+
+    /// Safety: as `TaskVtable::run`; `header` is the header of a `TaskCell<T, F>`.
+    unsafe fn run_raw(header: ptr::NonNull<Header>) -> Option<Suspend> {
+        // SAFETY: the task is a `TaskCell<T, F>` (this vtable is only ever set on those), which
+        // starts with its header; the caller holds a reference and the task.
+        unsafe { header.cast::<Self>().as_ref().run() }
+    }
+
+    /// Safety: as `TaskVtable::destroy`; `header` is the header of a `TaskCell<T, F>`.
+    unsafe fn destroy_raw(header: ptr::NonNull<Header>) {
+        let cell = header.cast::<Self>();
+        // SAFETY: the last reference is gone: nobody else uses the task. It was written in a
+        // block from `task_alloc::alloc` with this layout (`new_task`).
+        unsafe {
+            ptr::drop_in_place(cell.as_ptr());
+            crate::task_alloc::dealloc(cell.cast(), std::alloc::Layout::new::<Self>());
+        }
+    }
+
+    /// Safety: the caller holds the task (it popped it and `start_running` succeeded) and runs
+    /// on a worker thread of the task's runtime, on the worker's own stack.
     unsafe fn run(&self) -> Option<Suspend> {
         // SAFETY: the caller holds the task (popped it), so nobody else touches the body.
         let body = unsafe { &mut *self.body.get() };
@@ -448,10 +600,6 @@ where
             }
         }
     }
-
-    fn waker(self: Arc<Self>) -> Waker {
-        Waker::from(self)
-    }
 }
 
 impl<T> TaskPrefix<T> {
@@ -472,30 +620,6 @@ impl<T> TaskPrefix<T> {
         };
         if let Some(w) = waiter {
             w.wake();
-        }
-    }
-}
-
-impl<T, F> Wake for TaskCell<T, F>
-where
-    T: Send + 'static,
-    F: FnOnce() -> T + Send + 'static,
-{
-    fn wake(self: Arc<Self>) {
-        if self.prefix.header.notify(State::NOTIFIED) {
-            // The runtime outlives the task's next run (see `Header::shared`), and `self` moves.
-            let shared: *const Shared = self.prefix.header.shared();
-            // SAFETY: as just said.
-            unsafe { (*shared).schedule(TaskRef(self), spindle_sched::Reason::Woken) };
-        }
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        if self.prefix.header.notify(State::NOTIFIED) {
-            self.prefix
-                .header
-                .shared()
-                .schedule(TaskRef(self.clone()), spindle_sched::Reason::Woken);
         }
     }
 }
@@ -524,8 +648,8 @@ impl<T> TypedTask<T> {
 
     pub(crate) fn join(&self) -> &JoinCell<T> {
         // SAFETY: the task is a `TaskCell<T, F>` for this `T` (see the type's docs), which
-        // starts with a `TaskPrefix<T>` (`RawTask`'s contract), alive while `self` is.
-        unsafe { &(*Arc::as_ptr(&self.task.0).cast::<TaskPrefix<T>>()).join }
+        // starts with a `TaskPrefix<T>` (`repr(C)`), alive while `self` is.
+        unsafe { &self.task.0.cast::<TaskPrefix<T>>().as_ref().join }
     }
 
     pub(crate) fn task_ref(&self) -> &TaskRef {
@@ -590,9 +714,20 @@ pub(crate) struct SendPtr<T>(pub(crate) *const T);
 // the task is alive (see `coroutine_body`).
 unsafe impl<T> Send for SendPtr<T> {}
 
-/// Makes a task running `f`; `make` builds its body, given the task's header and `f`.
+/// The vtable of tasks running closure `F` with result `T` (what [`new_task`] sets; a spawn
+/// fills the header it passes there with it too).
+pub(crate) fn vtable_of<T, F>() -> &'static TaskVtable
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    TaskCell::<T, F>::VTABLE
+}
+
+/// Makes a task running `f`; `make` builds its body, given the task's header and `f`. Sets
+/// the header's vtable and reference count (whatever `header` had there).
 pub(crate) fn new_task<T, F>(
-    header: Header,
+    mut header: Header,
     f: F,
     make: impl FnOnce(&Header, F) -> Body<T, F>,
 ) -> (TaskRef, TypedTask<T>)
@@ -600,33 +735,38 @@ where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
 {
-    // Built in place in the allocation: `Arc::new` of the whole cell copied it there from the
-    // stack (a few hundred bytes, ~90 instructions per spawn in callgrind).
-    let mut cell = Arc::<TaskCell<T, F>>::new_uninit();
-    let Some(place) = Arc::get_mut(&mut cell) else {
-        unreachable!("a fresh Arc has one owner")
-    };
-    place.write(TaskCell {
-        prefix: TaskPrefix {
-            header,
-            join: JoinCell {
-                slot: spindle_park::spin::SpinLock::new(JoinSlot {
-                    result: None,
-                    done: false,
-                    waiter: None,
-                }),
+    // The two references handed out below.
+    header.refs = AtomicUsize::new(2);
+    header.vtable = TaskCell::<T, F>::VTABLE;
+    let layout = std::alloc::Layout::new::<TaskCell<T, F>>();
+    let cell = crate::task_alloc::alloc(layout).cast::<TaskCell<T, F>>();
+    // Built in place in the allocation (writing a whole cell built on the stack copied a few
+    // hundred bytes: ~90 instructions per spawn in callgrind).
+    // SAFETY: `cell` is a fresh block for a `TaskCell<T, F>` (its layout), ours alone.
+    unsafe {
+        cell.write(TaskCell {
+            prefix: TaskPrefix {
+                header,
+                join: JoinCell {
+                    slot: spindle_park::spin::SpinLock::new(JoinSlot {
+                        result: None,
+                        done: false,
+                        waiter: None,
+                    }),
+                },
             },
-        },
-        body: UnsafeCell::new(Body::Gone),
-    });
-    // SAFETY: initialized by the write just above.
-    let cell = unsafe { cell.assume_init() };
-    let body = make(&cell.prefix.header, f);
+            body: UnsafeCell::new(Body::Gone),
+        });
+    }
+    // SAFETY: initialized just above; no other thread can see the task yet.
+    let cell_ref = unsafe { cell.as_ref() };
+    let body = make(&cell_ref.prefix.header, f);
     // SAFETY: no worker can see the task yet; we are its only user.
-    unsafe { *cell.body.get() = body };
-    let task = TaskRef(cell);
+    unsafe { *cell_ref.body.get() = body };
+    // The two references the count was set to.
+    let task = TaskRef(cell.cast::<Header>());
     let typed = TypedTask {
-        task: task.clone(),
+        task: TaskRef(cell.cast::<Header>()),
         _result: std::marker::PhantomData,
     };
     (task, typed)

@@ -46,6 +46,10 @@ pub(crate) const BUDGET: u32 = 128;
 /// How long an idle worker keeps looking for work before it sleeps.
 const SPIN: std::time::Duration = std::time::Duration::from_micros(20);
 
+/// How long a worker sleeps without work before it gives back most of its cache of freed task
+/// blocks (see `task_alloc`).
+const CACHE_TRIM_AFTER: Duration = Duration::from_secs(1);
+
 /// Timers are checked at most every this many loop iterations while the worker is busy.
 const TIMER_CHECK_EVERY: u32 = 16;
 
@@ -191,6 +195,15 @@ pub(crate) fn run(
     let _bound = Bound(&ctx.shared, index);
     // Stacks and the alternate signal stack for overflow messages.
     let _ = spindle_stack::prepare_thread();
+    // Freed task blocks are kept for this worker's next spawns until it exits.
+    struct TaskCache;
+    impl Drop for TaskCache {
+        fn drop(&mut self) {
+            crate::task_alloc::disable();
+        }
+    }
+    crate::task_alloc::enable();
+    let _task_cache = TaskCache;
     let run_loop = || spindle_park::with_hook(&ctx, || ctx.schedule_loop());
     spindle_io::with_blocking_pool(&ctx.shared.blocking, || match ctx.driver.as_deref() {
         Some(driver) => spindle_io::with_driver(driver, run_loop),
@@ -301,7 +314,15 @@ impl WorkerCtx {
                 shared.monitor.worker_awake();
                 continue;
             }
-            let deadline = self.timers.borrow().next_deadline();
+            let mut deadline = self.timers.borrow().next_deadline();
+            // A worker holding more freed task blocks than it keeps when idle wakes up after
+            // `CACHE_TRIM_AFTER` without work to give them back (once: then it holds little).
+            // Not at once: a worker sleeps between every two bursts of a busy program.
+            let trim_at = (crate::task_alloc::held() > crate::task_alloc::IDLE_BYTES)
+                .then(|| Instant::now() + CACHE_TRIM_AFTER);
+            if let Some(at) = trim_at {
+                deadline = Some(deadline.map_or(at, |d| d.min(at)));
+            }
             counters.parks.fetch_add(1, Ordering::Relaxed);
             let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if self.driver.is_some() {
@@ -317,6 +338,9 @@ impl WorkerCtx {
             }
             shared.idle.woke(self.index);
             shared.monitor.worker_awake();
+            if trim_at.is_some_and(|at| Instant::now() >= at) {
+                crate::task_alloc::trim(crate::task_alloc::IDLE_BYTES);
+            }
             look_until = None;
         }
     }
@@ -383,7 +407,7 @@ impl WorkerCtx {
         self.current.set(&task);
         self.current_header.set(header);
         // SAFETY: we hold the task (popped it; not complete), on this worker's own stack.
-        let outcome = unsafe { task.0.run() };
+        let outcome = unsafe { task.run() };
         self.current_header.set(ptr::null());
         self.current.set(ptr::null());
         counters.end_run();
@@ -450,7 +474,7 @@ impl Hook for WorkerCtx {
 
     fn waker(&self) -> Waker {
         match current_task() {
-            Some(task) => task.0.waker(),
+            Some(task) => task.waker(),
             None => Waker::noop().clone(),
         }
     }
