@@ -44,7 +44,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use crate::loom::{
-    AtomicU8, AtomicUsize, Ordering, StdMutex, Wake, lock, park, park_until, spin_wait, waker,
+    AtomicU8, AtomicUsize, DataCell, Ordering, StdMutex, Wake, lock, park, park_until, spin_wait,
+    waker,
 };
 
 const WAITING: usize = 0;
@@ -65,8 +66,9 @@ const SKIPPED: u8 = 2;
 pub struct Waiter {
     state: AtomicUsize,
     waker: WakerSlot,
-    /// The OS thread the waiter registered on ([`thread_token`]).
-    home: usize,
+    /// The OS thread the waiter registered on ([`thread_token`]). Relaxed: written only while
+    /// the record is unshared ([`reset`](Self::reset)).
+    home: AtomicUsize,
     /// The OS thread of the party that completed it, written before the state is published
     /// (0: not recorded). Channels use it to decide whether spinning before parking pays.
     by: AtomicUsize,
@@ -78,12 +80,27 @@ pub struct Waiter {
 }
 
 /// Whom [`Waiter::wake`] wakes.
-#[derive(Debug)]
 enum WakerSlot {
-    /// A blocking wait's task (coroutine or thread): fixed for the record's life.
-    Task(Waker),
+    /// A blocking wait's task (coroutine or thread): fixed while the record is shared
+    /// (queued, or held by a completer); replaced only while nobody else can reach the record
+    /// ([`Waiter::reset`], [`Waiter::release_waker`]: a channel reusing a packet).
+    Task(DataCell<Waker>),
     /// A future's: the waker of its latest poll ([`Waiter::poll`] replaces it).
     Future(StdMutex<Waker>),
+}
+
+// SAFETY: the task waker is written only while the record is unshared (`Waiter::reset`,
+// `Waiter::release_waker`, whose callers guarantee it) and only read while shared; a `Waker`
+// is `Send + Sync`. The future waker is behind a lock.
+unsafe impl Sync for WakerSlot {}
+
+impl std::fmt::Debug for WakerSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WakerSlot::Task(_) => "Task",
+            WakerSlot::Future(_) => "Future",
+        })
+    }
 }
 
 /// A token of the current OS thread (the address of a thread-local): equal tokens, same
@@ -106,7 +123,7 @@ impl Waiter {
 
     /// As [`new`](Self::new), to embed in another heap allocation.
     pub(crate) fn new_inline() -> Waiter {
-        Waiter::with_waker(WakerSlot::Task(waker()))
+        Waiter::with_waker(WakerSlot::Task(DataCell::new(waker())))
     }
 
     /// A record for a future polled with `waker` (see [`poll`](Self::poll)).
@@ -123,9 +140,40 @@ impl Waiter {
         Waiter {
             state: AtomicUsize::new(WAITING),
             waker,
-            home: thread_token(),
+            home: AtomicUsize::new(thread_token()),
             by: AtomicUsize::new(0),
             sleep: AtomicU8::new(PARKS),
+        }
+    }
+
+    /// Makes a finished blocking record fresh for a new wait of the current task (a channel
+    /// reusing its packet): `WAITING`, this thread, the current task's waker.
+    ///
+    /// # Safety
+    ///
+    /// Nobody else can reach the record: it is in no queue, and every reference a completer
+    /// held is gone (and its uses happen before this call).
+    pub(crate) unsafe fn reset(&self) {
+        self.state.store(WAITING, Ordering::Relaxed);
+        self.home.store(thread_token(), Ordering::Relaxed);
+        self.by.store(0, Ordering::Relaxed);
+        self.sleep.store(PARKS, Ordering::Relaxed);
+        if let WakerSlot::Task(slot) = &self.waker {
+            // SAFETY: unshared, per the caller: nobody reads the waker meanwhile.
+            unsafe { *slot.ptr() = waker() };
+        }
+    }
+
+    /// Drops the task's waker (keeping a no-op one), so that a record kept for reuse does not
+    /// keep its last task alive.
+    ///
+    /// # Safety
+    ///
+    /// As [`reset`](Self::reset).
+    pub(crate) unsafe fn release_waker(&self) {
+        if let WakerSlot::Task(slot) = &self.waker {
+            // SAFETY: unshared, per the caller.
+            unsafe { *slot.ptr() = Waker::noop().clone() };
         }
     }
 
@@ -160,7 +208,7 @@ impl Waiter {
     #[inline]
     pub(crate) fn completed_remotely(&self) -> bool {
         let by = self.by.load(Ordering::Relaxed);
-        by != 0 && by != self.home
+        by != 0 && by != self.home.load(Ordering::Relaxed)
     }
 
     /// The waiter gives up (timeout, cancellation, another select arm). False: someone
@@ -190,7 +238,11 @@ impl Waiter {
             return;
         }
         match &self.waker {
-            WakerSlot::Task(waker) => waker.wake_by_ref(),
+            WakerSlot::Task(waker) => {
+                // SAFETY: the completer calls this while it holds the record (a queue entry's
+                // reference), so the owner is not replacing the waker (see `WakerSlot::Task`).
+                unsafe { (*waker.ptr_shared()).wake_by_ref() }
+            }
             WakerSlot::Future(slot) => {
                 // Cloned out, woken after the unlock: a waker may poll the future at once
                 // (on this thread), and that poll takes this lock.

@@ -32,6 +32,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::AtomicPtr;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -139,6 +140,23 @@ pub struct Chan<T> {
     /// Adaptive spinning: recent blocked operations here were completed from another thread
     /// (up) or from the waiter's own thread (down).
     spin_score: AtomicU8,
+    /// A finished blocking operation's packet, kept for the next one: an allocation and a free
+    /// fewer per blocked send or receive (~300 instructions of a ~2,000-instruction round
+    /// trip between two coroutines, in callgrind). Null: none. Otherwise it owns one `Arc`
+    /// reference (`Arc::into_raw`), and the packet is unshared: no queue entry or completer
+    /// holds it, its slot is empty and its waker a no-op. See [`Chan::packet`] and
+    /// [`Chan::recycle`].
+    spare: AtomicPtr<Packet<T>>,
+}
+
+impl<T> Drop for Chan<T> {
+    fn drop(&mut self) {
+        let spare = *self.spare.get_mut();
+        if !spare.is_null() {
+            // SAFETY: a non-null spare owns one reference from `Arc::into_raw` (see the field).
+            drop(unsafe { Arc::from_raw(spare) });
+        }
+    }
 }
 
 /// A waiter to wake after the lock is released.
@@ -175,7 +193,55 @@ impl<T> Chan<T> {
             senders: AtomicUsize::new(1),
             receivers: AtomicUsize::new(1),
             spin_score: AtomicU8::new(0),
+            spare: AtomicPtr::new(std::ptr::null_mut()),
         })
+    }
+
+    /// A packet for a blocking operation of the current task, holding `msg` (a send's) or
+    /// nothing (a receive's): the spare if there is one, else a new one.
+    fn packet(&self, msg: Option<T>) -> Arc<Packet<T>> {
+        let spare = self.spare.swap(std::ptr::null_mut(), Ordering::Acquire);
+        if spare.is_null() {
+            return Arc::new(Packet {
+                cx: Waiter::new_inline(),
+                slot: Slot::new(msg),
+            });
+        }
+        // SAFETY: the spare owned this reference (`Arc::into_raw` in `recycle`); the swap
+        // moved it to us.
+        let packet = unsafe { Arc::from_raw(spare) };
+        // SAFETY: a spare packet is unshared (see the field), and it is ours alone now.
+        unsafe {
+            packet.cx.reset();
+            if let Some(m) = msg {
+                packet.slot.put(m);
+            }
+        }
+        packet
+    }
+
+    /// Keeps the packet of a finished blocking operation (its slot emptied by the caller) as
+    /// the spare, if nobody else holds it any more. Not under loom: the packet's `Arc` is
+    /// `std`'s, whose counts loom cannot see, so it could not check the hand-over.
+    fn recycle(&self, packet: Arc<Packet<T>>) {
+        // The completer drops its queue entry (a reference) after it has woken us: while it
+        // holds it, it may still read the waker, so the packet is left to it.
+        if cfg!(loom) || Arc::strong_count(&packet) != 1 {
+            return;
+        }
+        // The completer's drop (a release decrement) happens before what follows: its reads
+        // of the record are over. Packets have no weak references, so a count of one means
+        // no other reference can appear.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        // SAFETY: unshared, as just argued; the caller emptied the slot.
+        unsafe { packet.cx.release_waker() };
+        let old = self
+            .spare
+            .swap(Arc::into_raw(packet).cast_mut(), Ordering::AcqRel);
+        if !old.is_null() {
+            // SAFETY: the spare's reference (see the field), moved to us by the swap.
+            drop(unsafe { Arc::from_raw(old) });
+        }
     }
 
     fn lock(&self) -> StdMutexGuard<'_, State<T>> {
@@ -313,10 +379,7 @@ impl<T> Chan<T> {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(SendTimeoutError::Timeout(msg));
             }
-            let packet = Arc::new(Packet {
-                cx: Waiter::new_inline(),
-                slot: Slot::new(Some(msg)),
-            });
+            let packet = self.packet(Some(msg));
             st.senders.push_back(Entry {
                 link: Link::Packet(packet.clone()),
                 op: 0,
@@ -335,7 +398,9 @@ impl<T> Chan<T> {
             Some(_) => {
                 self.after_wait(&packet.cx);
                 // SAFETY: completed: the slot is ours again.
-                match unsafe { packet.slot.take() } {
+                let back = unsafe { packet.slot.take() };
+                self.recycle(packet);
+                match back {
                     None => Ok(()),
                     Some(m) => Err(SendTimeoutError::Disconnected(m)),
                 }
@@ -344,6 +409,7 @@ impl<T> Chan<T> {
                 self.unregister_send(&packet.cx);
                 // SAFETY: aborted and unregistered: nobody else touches the slot.
                 let msg = unsafe { packet.slot.take() };
+                self.recycle(packet);
                 Err(SendTimeoutError::Timeout(
                     msg.expect("an aborted send keeps its message"),
                 ))
@@ -367,10 +433,7 @@ impl<T> Chan<T> {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(RecvTimeoutError::Timeout);
             }
-            let packet = Arc::new(Packet {
-                cx: Waiter::new_inline(),
-                slot: Slot::new(None),
-            });
+            let packet = self.packet(None);
             st.receivers.push_back(Entry {
                 link: Link::Packet(packet.clone()),
                 op: 0,
@@ -390,10 +453,13 @@ impl<T> Chan<T> {
             Some(_) => {
                 self.after_wait(&packet.cx);
                 // SAFETY: completed: the slot is ours again.
-                unsafe { packet.slot.take() }.ok_or(RecvTimeoutError::Disconnected)
+                let msg = unsafe { packet.slot.take() };
+                self.recycle(packet);
+                msg.ok_or(RecvTimeoutError::Disconnected)
             }
             None => {
                 self.unregister_recv(&packet.cx);
+                self.recycle(packet);
                 Err(RecvTimeoutError::Timeout)
             }
         }
