@@ -75,9 +75,12 @@
 //!
 //! A coroutine is one heap block (its header, its join cell, its closure) and a stack. Each
 //! worker keeps the blocks of finished coroutines for its next spawns, as Go keeps dead
-//! goroutines per P: up to 4 MiB per worker while it is busy, 256 KiB once it goes idle; the
-//! rest goes back to the allocator. `SPINDLE_TASK_CACHE=0` turns that cache off (it is off
-//! under valgrind and the sanitizers, where a reused block would hide a use-after-free).
+//! goroutines per P (up to 4 MiB per worker), and their stacks in the runtime's stack pool (up
+//! to 16,384 per worker and 16,384 shared: [`RuntimeBuilder::stack_pool`]). A worker that has
+//! slept a second with nothing to do gives back what a spike left: task blocks beyond 256 KiB
+//! to the allocator, idle stacks beyond 256 in its cache and 256 shared to the OS.
+//! `SPINDLE_TASK_CACHE=0` turns the block cache off (it is off under valgrind and the
+//! sanitizers, where a reused block would hide a use-after-free).
 //!
 //! # Cargo features
 //!

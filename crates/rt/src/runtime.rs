@@ -278,7 +278,10 @@ impl RuntimeBuilder {
     /// thread and 16,384 in the shared pool, untrimmed when they move between threads: mapping
     /// a stack costs microseconds, reusing one nanoseconds, and thousands of coroutines may be
     /// alive at once. Each idle pooled stack keeps the pages its last coroutine touched (usually
-    /// one or two) until it is trimmed every 256th reuse or its thread exits.
+    /// one or two) until it is trimmed every 256th reuse or its thread exits. Those caps hold
+    /// while the runtime is busy: a worker that has slept a second with nothing to do unmaps
+    /// the idle stacks beyond 256 in its own cache and 256 in the shared pool, so a spike's
+    /// stacks do not stay mapped for the life of the program.
     pub fn stack_pool(mut self, config: PoolConfig) -> Self {
         self.stack_pool = Some(config);
         self

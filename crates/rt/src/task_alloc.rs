@@ -12,7 +12,7 @@
 //! * Every block of a class is allocated with the class's [`Layout`], so whichever thread
 //!   frees it, cache or global allocator, frees it with the layout it was made with.
 //! * **Bounded**: a worker caches at most [`BUSY_BYTES`]; a worker that has slept a while
-//!   with nothing to do [`trim`]s to [`IDLE_BYTES`] (`worker::CACHE_TRIM_AFTER`), so a
+//!   with nothing to do [`trim`]s to [`IDLE_BYTES`] (`worker::IDLE_RELEASE_AFTER`), so a
 //!   spike's blocks go back to the allocator once the spike is over.
 //! * **Off under the sanitizers and valgrind**: a cached block would hide a use-after-free of
 //!   a task from them (`--cfg spindle_asan`/`spindle_tsan`; valgrind is detected at run time).

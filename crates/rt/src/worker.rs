@@ -46,9 +46,18 @@ pub(crate) const BUDGET: u32 = 128;
 /// How long an idle worker keeps looking for work before it sleeps.
 const SPIN: std::time::Duration = std::time::Duration::from_micros(20);
 
-/// How long a worker sleeps without work before it gives back most of its cache of freed task
-/// blocks (see `task_alloc`).
-const CACHE_TRIM_AFTER: Duration = Duration::from_secs(1);
+/// How long a worker sleeps without work before it gives back what a spike left in its caches:
+/// freed task blocks beyond `task_alloc::IDLE_BYTES`, and idle stacks beyond
+/// `IDLE_STACKS_IN_THREAD` in its own cache and `IDLE_STACKS_SHARED` in the runtime's shared
+/// pool (unmapped).
+const IDLE_RELEASE_AFTER: Duration = Duration::from_secs(1);
+
+/// Idle stacks a worker keeps cached once it has been idle a while (the busy cap is
+/// `PoolConfig::thread_cache`, 16,384 by default).
+const IDLE_STACKS_IN_THREAD: usize = 256;
+
+/// Idle stacks the runtime's shared pool keeps once a worker has been idle a while.
+const IDLE_STACKS_SHARED: usize = 256;
 
 /// Timers are checked at most every this many loop iterations while the worker is busy.
 const TIMER_CHECK_EVERY: u32 = 16;
@@ -318,12 +327,14 @@ impl WorkerCtx {
                 continue;
             }
             let mut deadline = self.timers.borrow().next_deadline();
-            // A worker holding more freed task blocks than it keeps when idle wakes up after
-            // `CACHE_TRIM_AFTER` without work to give them back (once: then it holds little).
-            // Not at once: a worker sleeps between every two bursts of a busy program.
-            let trim_at = (crate::task_alloc::held() > crate::task_alloc::IDLE_BYTES)
-                .then(|| Instant::now() + CACHE_TRIM_AFTER);
-            if let Some(at) = trim_at {
+            // A worker holding more freed task blocks or idle stacks than it keeps when idle
+            // wakes up after `IDLE_RELEASE_AFTER` without work to give them back (once: then
+            // it holds little). Not at once: a worker sleeps between every two bursts of a
+            // busy program.
+            let release_at = self
+                .holds_idle_excess()
+                .then(|| Instant::now() + IDLE_RELEASE_AFTER);
+            if let Some(at) = release_at {
                 deadline = Some(deadline.map_or(at, |d| d.min(at)));
             }
             counters.parks.fetch_add(1, Ordering::Relaxed);
@@ -341,8 +352,8 @@ impl WorkerCtx {
             }
             shared.idle.woke(self.index);
             shared.monitor.worker_awake();
-            if trim_at.is_some_and(|at| Instant::now() >= at) {
-                crate::task_alloc::trim(crate::task_alloc::IDLE_BYTES);
+            if release_at.is_some_and(|at| Instant::now() >= at) {
+                self.release_idle_excess();
             }
             look_until = None;
         }
@@ -458,6 +469,21 @@ impl WorkerCtx {
             }
         }
         region.clone().expect("just made")
+    }
+
+    /// Whether this worker holds more than it keeps when idle (see `IDLE_RELEASE_AFTER`).
+    fn holds_idle_excess(&self) -> bool {
+        crate::task_alloc::held() > crate::task_alloc::IDLE_BYTES
+            || self.shared.stacks.thread_cached() > IDLE_STACKS_IN_THREAD
+            || self.shared.stacks.shared_pooled() > IDLE_STACKS_SHARED
+    }
+
+    /// Gives back what a spike left: task blocks and stacks beyond the idle amounts.
+    fn release_idle_excess(&self) {
+        crate::task_alloc::trim(crate::task_alloc::IDLE_BYTES);
+        self.shared
+            .stacks
+            .shrink(IDLE_STACKS_IN_THREAD, IDLE_STACKS_SHARED);
     }
 
     /// Cancels a timer of this worker (a parked task was woken before its deadline).

@@ -748,6 +748,46 @@ fn consume_budget_lets_others_run() {
     });
 }
 
+/// After a spike, an idle runtime gives its idle stacks back: a worker that has slept about a
+/// second with nothing to do unmaps the pooled stacks beyond 256 in its own cache and 256 in
+/// the shared pool (what stays is reused first).
+#[test]
+fn an_idle_runtime_unmaps_the_stacks_a_spike_left() {
+    const SPIKE: usize = 1500;
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    rt.block_on(|| {
+        // All alive at once: each has started (so holds a stack) before any finishes.
+        let handles: Vec<_> = (0..SPIKE)
+            .map(|_| spindle_rt::spawn(|| spindle_rt::sleep(Duration::from_millis(50))))
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+    let after_spike = rt.metrics().stacks;
+    assert!(
+        after_spike.thread_cached + after_spike.shared_pooled >= SPIKE as u64,
+        "the spike's stacks are pooled: {after_spike:?}"
+    );
+    let start = Instant::now();
+    loop {
+        let stacks = rt.metrics().stacks;
+        if stacks.thread_cached + stacks.shared_pooled <= 512 {
+            assert!(stacks.unmapped >= after_spike.unmapped + (SPIKE - 512) as u64);
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "an idle worker kept its stacks: {stacks:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Still a working runtime, reusing what it kept.
+    let mapped = rt.metrics().stacks.mapped;
+    assert_eq!(rt.block_on(|| spindle_rt::spawn(|| 7).join().unwrap()), 7);
+    assert_eq!(rt.metrics().stacks.mapped, mapped);
+}
+
 /// A coroutine takes its stack when it first runs: a burst of spawns that have not run yet
 /// holds no stacks, and coroutines that run one after another reuse the same pooled ones.
 /// With `Builder::reserve_stack` each takes its stack at the spawn.

@@ -481,6 +481,83 @@ impl StackPool {
         stats
     }
 
+    /// How many stacks the shared pool holds.
+    pub fn shared_pooled(&self) -> usize {
+        lock(&self.inner.shared).len()
+    }
+
+    /// How many stacks of this pool the calling thread's cache holds.
+    pub fn thread_cached(&self) -> usize {
+        THREAD_CACHES
+            .try_with(|caches| {
+                let entries = caches.entries.try_borrow().ok()?;
+                let cache = entries.iter().find(|e| e.pool_id == self.inner.id)?;
+                Some(cache.stacks.len())
+            })
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+    }
+
+    /// Unmaps idle stacks: those beyond `keep_in_thread` in the calling thread's cache, then
+    /// those beyond `keep_shared` in the shared pool. Returns how many were unmapped.
+    ///
+    /// The caps ([`PoolConfig::thread_cache`], [`PoolConfig::max_pooled`]) bound what a pool
+    /// keeps while it is busy; this gives back what a spike left behind once it is over (a
+    /// runtime's worker calls it after idling a while). Each stack is unmapped outside the
+    /// pool's locks.
+    ///
+    /// ```
+    /// use spindle_stack::{PoolConfig, StackPool};
+    ///
+    /// let pool = StackPool::new(PoolConfig { thread_cache: 8, ..PoolConfig::default() })?;
+    /// let stacks: Vec<_> = (0..8).map(|_| pool.get()).collect::<Result<_, _>>()?;
+    /// drop(stacks); // all eight go to this thread's cache
+    /// assert_eq!(pool.thread_cached(), 8);
+    /// assert_eq!(pool.shrink(2, 0), 6);
+    /// assert_eq!(pool.thread_cached(), 2);
+    /// # Ok::<(), spindle_stack::StackError>(())
+    /// ```
+    pub fn shrink(&self, keep_in_thread: usize, keep_shared: usize) -> usize {
+        let mut unmapped = 0;
+        // One at a time, each unmapped outside the cache's borrow (dropping a cached stack may
+        // drop the last reference to a pool).
+        loop {
+            let excess = THREAD_CACHES
+                .try_with(|caches| {
+                    let mut entries = caches.entries.try_borrow_mut().ok()?;
+                    let cache = entries.iter_mut().find(|e| e.pool_id == self.inner.id)?;
+                    if cache.stacks.len() <= keep_in_thread {
+                        return None;
+                    }
+                    let stack = cache.stacks.pop();
+                    cache
+                        .counters
+                        .cached
+                        .store(cache.stacks.len() as u64, Ordering::Relaxed);
+                    stack
+                })
+                .ok()
+                .flatten();
+            let Some(cached) = excess else { break };
+            cached.pool.unmap(cached.entry);
+            unmapped += 1;
+        }
+        loop {
+            let excess = {
+                let mut shared = lock(&self.inner.shared);
+                if shared.len() <= keep_shared {
+                    break;
+                }
+                shared.pop()
+            };
+            let Some(entry) = excess else { break };
+            self.inner.unmap(entry);
+            unmapped += 1;
+        }
+        unmapped
+    }
+
     /// Moves the calling thread's cached stacks of this pool to the shared pool (trimming
     /// them), as happens when the thread exits. Useful before a thread idles for long.
     pub fn flush_thread_cache(&self) {

@@ -161,6 +161,43 @@ fn caps_are_respected_and_the_excess_is_unmapped() {
 }
 
 #[test]
+fn shrinking_unmaps_what_a_spike_left_and_keeps_the_rest_usable() {
+    let pool = pool(PoolConfig {
+        thread_cache: 6,
+        max_pooled: 6,
+        ..small_config()
+    });
+    // A spike: 12 stacks at once, then all back (6 to this thread's cache, 6 shared).
+    let stacks: Vec<_> = (0..12).map(|_| pool.get().unwrap()).collect();
+    drop(stacks);
+    assert_eq!(pool.thread_cached(), 6);
+    assert_eq!(pool.shrink(2, 1), 4 + 5);
+    let stats = pool.stats();
+    assert_eq!(
+        (stats.thread_cached, stats.shared_pooled, stats.unmapped),
+        (2, 1, 9)
+    );
+    // Shrinking to more than is held does nothing.
+    assert_eq!(pool.shrink(10, 10), 0);
+    // What is kept is handed out again before anything new is mapped.
+    let again: Vec<_> = (0..3).map(|_| pool.get().unwrap()).collect();
+    assert_eq!(pool.stats().mapped, 12);
+    assert_eq!(pool.stats().outstanding(), 3);
+    drop(again);
+    // Another thread's cache is its own: shrinking here leaves it alone.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            drop(pool.get().unwrap());
+            assert_eq!(pool.thread_cached(), 1);
+            std::thread::scope(|s2| {
+                s2.spawn(|| assert_eq!(pool.shrink(0, usize::MAX), 0));
+            });
+            assert_eq!(pool.thread_cached(), 1);
+        });
+    });
+}
+
+#[test]
 fn several_pools_keep_their_stacks_apart() {
     let small = pool(PoolConfig {
         stack_size: 16 * KIB,
