@@ -587,6 +587,9 @@ impl<T: Task> Policy<T> for WorkStealing<T> {
             }
             None => return true, // someone is in w's pop or push: look again
         }
+        if self.workers.len() == 1 {
+            return false; // no victims, and nobody to steal in a batch
+        }
         let stealable = || {
             self.workers.iter().enumerate().any(|(v, victim)| {
                 v != w && (!victim.stealer.is_empty() || victim.run_next.is_stealable())

@@ -394,6 +394,9 @@ impl<T> TimerWheel<T> {
 
     /// [`next_deadline`](Self::next_deadline) in ticks since the origin.
     fn next_deadline_tick(&self) -> Option<u64> {
+        if self.len == 0 {
+            return None; // (asked by every worker that goes to sleep, usually with no timers)
+        }
         if self.lists[DUE as usize].head != NIL {
             return Some(self.due_min);
         }
