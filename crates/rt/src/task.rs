@@ -373,8 +373,12 @@ impl Drop for TaskRef {
             return;
         }
         // Every other reference's uses happen before this destruction (their decrements are
-        // releases; this fence acquires them).
+        // releases; this fence acquires them). ThreadSanitizer does not model fences: its
+        // build acquires with a load of the count instead, as `Arc` does.
+        #[cfg(not(spindle_tsan))]
         std::sync::atomic::fence(Ordering::Acquire);
+        #[cfg(spindle_tsan)]
+        self.header().refs.load(Ordering::Acquire);
         // SAFETY: the count reached zero: this was the last reference.
         unsafe { (self.header().vtable.destroy)(self.0) };
     }

@@ -756,10 +756,25 @@ fn an_idle_runtime_unmaps_the_stacks_a_spike_left() {
     const SPIKE: usize = 1500;
     let rt = Runtime::builder().workers(1).build().unwrap();
     rt.block_on(|| {
-        // All alive at once: each has started (so holds a stack) before any finishes.
+        // All alive at once: none finishes before every one has started (and so holds a
+        // stack), however slowly they run (valgrind).
+        let started = Arc::new(AtomicUsize::new(0));
+        let go = Arc::new(AtomicBool::new(false));
         let handles: Vec<_> = (0..SPIKE)
-            .map(|_| spindle_rt::spawn(|| spindle_rt::sleep(Duration::from_millis(50))))
+            .map(|_| {
+                let (started, go) = (started.clone(), go.clone());
+                spindle_rt::spawn(move || {
+                    started.fetch_add(1, Ordering::SeqCst);
+                    while !go.load(Ordering::SeqCst) {
+                        spindle_rt::sleep(Duration::from_millis(1));
+                    }
+                })
+            })
             .collect();
+        while started.load(Ordering::SeqCst) < SPIKE {
+            spindle_rt::sleep(Duration::from_millis(1));
+        }
+        go.store(true, Ordering::SeqCst);
         for h in handles {
             h.join().unwrap();
         }
