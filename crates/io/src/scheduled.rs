@@ -20,7 +20,6 @@
 
 use std::fmt;
 use std::io;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Waker;
 use std::time::Instant;
@@ -159,7 +158,7 @@ const TICK_SHIFT: u32 = 9;
 /// [`wait`](ScheduledIo::wait). See the module docs for the protocol.
 pub struct ScheduledIo {
     state: AtomicUsize,
-    waiters: Mutex<Waiters>,
+    waiters: spindle_park::spin::SpinLock<Waiters>,
 }
 
 /// Tasks waiting for readiness. One reader and one writer is the common case; more go to
@@ -182,14 +181,15 @@ impl ScheduledIo {
     pub fn new() -> Self {
         ScheduledIo {
             state: AtomicUsize::new(0),
-            waiters: Mutex::new(Waiters::default()),
+            waiters: spindle_park::spin::SpinLock::new(Waiters::default()),
         }
     }
 
-    fn waiters(&self) -> std::sync::MutexGuard<'_, Waiters> {
-        // A panic while holding this lock leaves nothing half-done (wakers are only moved in
-        // and out), so a poisoned lock is used as is.
-        self.waiters.lock().unwrap_or_else(|e| e.into_inner())
+    /// The waiter lists, locked. A spin lock whose unlock is a store (`spindle_park::spin`):
+    /// its critical sections only move wakers in and out (dropped wakers are dropped after the
+    /// unlock), and std's `Mutex` paid a read-modify-write to unlock as well, twice per wait.
+    fn waiters(&self) -> spindle_park::spin::SpinGuard<'_, Waiters> {
+        self.waiters.lock()
     }
 
     /// The current readiness and tick.
