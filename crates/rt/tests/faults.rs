@@ -379,12 +379,25 @@ fn fork_child_builds_and_uses_a_fresh_runtime() {
 fn child_fork() {
     exit_on_panic();
     let rt = Runtime::builder().workers(2).build().unwrap();
-    let busy = rt.spawn(|| {
-        for _ in 0..20 {
-            spindle_rt::sleep(Duration::from_millis(5));
+    let started = Arc::new(AtomicBool::new(false));
+    let busy = rt.spawn({
+        let started = started.clone();
+        move || {
+            started.store(true, Ordering::SeqCst);
+            for _ in 0..20 {
+                spindle_rt::sleep(Duration::from_millis(5));
+            }
+            7
         }
-        7
     });
+    // Fork once the parent's runtime is past its start-up (workers set up, `busy` has its
+    // stack): a lock another thread holds at the fork stays held in the child (documented),
+    // and mapping a stack takes the process-wide stack registry's — forking while a worker
+    // mapped `busy`'s stack hung the child's first stack mapping (1 run in ~30).
+    while !started.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(20));
     // SAFETY: fork; the child only runs the code below and leaves with _exit.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
