@@ -132,6 +132,9 @@
 //! * **Out of memory or mappings**: [`Builder::spawn`] returns the error (which limit, what to
 //!   do) and the runtime keeps running the coroutines it has; [`spawn`] panics with it.
 //! * **Stack overflow** in a coroutine: one `spindle:` line naming it, then abort.
+//! * **A coroutine's reference count overflowing** (more than `isize::MAX` wakers and handles
+//!   of one coroutine alive, which only leaking them in a loop can reach) aborts, as `Arc`'s
+//!   does: wrapping around would free a coroutine still in use.
 //!
 //! # Fairness
 //!
