@@ -254,10 +254,7 @@ impl WorkerCtx {
             timer_countdown -= 1;
             if timer_countdown == 0 {
                 timer_countdown = TIMER_CHECK_EVERY;
-                // (The clock is read only when there are timers.)
-                if !self.timers.borrow().is_empty() {
-                    self.fire_timers(Instant::now());
-                }
+                self.fire_timers(None);
             }
             driver_countdown -= 1;
             if driver_countdown == 0 {
@@ -280,7 +277,7 @@ impl WorkerCtx {
             }
             idle_books = true;
             let now = Instant::now();
-            self.fire_timers(now);
+            self.fire_timers(Some(now));
             if shared.policy.has_work(self.index) {
                 continue;
             }
@@ -385,12 +382,17 @@ impl WorkerCtx {
         }
     }
 
-    /// Fires every due timer.
-    fn fire_timers(&self, now: Instant) {
+    /// Fires every due timer. `now`: the caller's reading of the clock, if it has one; else
+    /// the clock is read only when a timer is pending (the busy loop asks every 16 tasks).
+    fn fire_timers(&self, now: Option<Instant>) {
         let mut due = Vec::new();
         {
             let mut timers = self.timers.borrow_mut();
-            if timers.is_empty() || timers.next_deadline().is_none_or(|d| d > now) {
+            let Some(next) = timers.next_deadline() else {
+                return;
+            };
+            let now = now.unwrap_or_else(Instant::now);
+            if next > now {
                 return;
             }
             timers.advance(now, |_, entry| due.push(entry));
