@@ -236,11 +236,13 @@ pub fn in_task() -> bool {
 
 /// Blocks the current task until it is woken. See the [crate docs](crate) for the permit
 /// semantics and cancellation.
+#[inline]
 pub fn park() {
     park_inner(None);
 }
 
 /// Blocks the current task until it is woken or `deadline` passes.
+#[inline]
 pub fn park_until(deadline: Instant) -> Wake {
     park_inner(Some(deadline))
 }
@@ -251,6 +253,11 @@ pub fn park_timeout(timeout: Duration) -> Wake {
     park_inner(Instant::now().checked_add(timeout))
 }
 
+// Inlined (with `park`, `park_until`) so that a parked coroutine has one frame fewer on its
+// stack across the switch: each frame that a resumed coroutine returns from costs a
+// mispredicted return (the CPU's return-stack predictor holds the worker's return addresses,
+// not the coroutine's).
+#[inline]
 fn park_inner(deadline: Option<Instant>) -> Wake {
     match task_hook() {
         Some(hook) => hook.park(deadline),

@@ -218,6 +218,7 @@ impl Header {
     }
 
     /// Whether a cancel was requested and may be acted on now.
+    #[inline]
     pub(crate) fn should_unwind(&self) -> bool {
         self.load() & State::CANCELLED != 0 && self.no_cancel.get() == 0
     }

@@ -127,6 +127,7 @@ pub(crate) fn current_shared() -> Option<Arc<Shared>> {
 }
 
 /// The header of the task running on this thread, if a coroutine of a runtime runs here.
+#[inline]
 pub(crate) fn current_task_header() -> Option<&'static Header> {
     let ctx = current()?;
     let header = ctx.current_header.get();
@@ -571,12 +572,14 @@ impl Hook for WorkerCtx {
 
 /// Parks the running coroutine (see `spindle_park`'s contract): consumes the permit, or
 /// suspends until woken, timed out or cancelled.
+// Inlined into `Hook::park`: one frame fewer across the switch (see `coop::yield_now`).
+#[inline]
 fn park_current(header: *const Header, deadline: Option<Instant>) -> Wake {
     // SAFETY: called by the running coroutine, whose worker keeps the task alive.
     let header = unsafe { &*header };
     loop {
         if header.should_unwind() {
-            std::panic::resume_unwind(Box::new(CancelUnwind));
+            crate::coop::cancel_unwind();
         }
         if header.take_permit() {
             crate::coop::consume_budget_here();
@@ -606,6 +609,7 @@ fn park_current(header: *const Header, deadline: Option<Instant>) -> Wake {
 }
 
 /// Switches from the running coroutine back to its worker with `why`.
+#[inline]
 pub(crate) fn suspend_current(header: &Header, why: Suspend) {
     let yielder = header.yielder.load(Ordering::Acquire);
     debug_assert!(!yielder.is_null());
