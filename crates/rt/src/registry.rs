@@ -1,13 +1,26 @@
 //! Every live task of a runtime, so that shutdown can cancel what is left and metrics can
 //! count them.
 //!
-//! A task enters at spawn and leaves when it finishes: two operations on every coroutine's
-//! life, on whichever workers spawn and finish them. So the registry is sharded (one shard per
-//! worker, plus one for spawns from other threads), each shard a slab — a vector of slots and
-//! a free list — behind its own mutex, and a task remembers its slot: insert and remove are a
-//! few stores under an uncontended lock, with no hashing and no shared counter. (A sharded
-//! `HashMap` keyed by task id with one global live counter cost about 10 % of a spawn–join
-//! and put every spawn on one contended cache line.)
+//! A task enters when a worker first runs it and leaves when it finishes: two operations on
+//! every coroutine's life. So the registry is sharded (one shard per worker, plus one for
+//! foreign threads' removals of migrated tasks), each shard a slab — a vector of slots and a
+//! free list — behind its own lock, and a task remembers its slot: insert and remove are a few
+//! stores under a lock, with no hashing and no shared counter. (A sharded `HashMap` keyed by
+//! task id with one global live counter cost about 10 % of a spawn–join and put every spawn
+//! on one contended cache line.)
+//!
+//! **Registered at the first run, not at spawn**: a task is inserted into the shard of the
+//! worker that first runs it — the worker it then stays on, which also removes it. Registered
+//! at spawn, a task stolen before its first run (most tasks of a tree of coroutines on two
+//! workers) was inserted by one worker and removed by the other, and the two workers fought
+//! over the spawner's shard lock and its slots' cache lines: 15 % of skynet on 2 workers.
+//!
+//! Tasks between spawn and first run sit in a scheduling queue and are counted instead: each
+//! worker counts the tasks it spawned and the tasks it started (one writer each, so a load
+//! and a store, no read-modify-write; foreign threads' spawns share one atomic counter).
+//! Live = registered + spawned − started. At shutdown, a task that starts after the runtime
+//! began closing is cancelled before it runs (`worker::run_task`), so shutdown's snapshot
+//! need not see it.
 //!
 //! Counting and snapshots (shutdown, metrics, the monitor's report naming a task) visit every
 //! shard; they are rare.
@@ -15,9 +28,10 @@
 //! `wait_empty` (shutdown) needs to hear when the last task leaves. A remover that empties its
 //! shard signals the condvar if a waiter has announced itself; the waiter announces itself
 //! before it counts, and counts under each shard's lock, so either its count sees the remover's
-//! removal or the remover (whose shard lock follows the waiter's) sees the announcement.
+//! removal or the remover (whose shard lock follows the waiter's) sees the announcement. It
+//! also re-checks every millisecond, for the start counts (see [`TaskRegistry::is_empty`]).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,6 +41,8 @@ use spindle_park::spin::SpinLock;
 /// See the module documentation.
 pub(crate) struct TaskRegistry {
     shards: Box<[Padded<SpinLock<Shard>>]>,
+    /// Per worker, then one for foreign threads: tasks spawned and started there.
+    starts: Box<[Padded<StartCounts>]>,
     /// A `wait_empty` is (or was) waiting: removers that empty a shard signal `empty`.
     waiting: AtomicBool,
     empty: (Mutex<()>, Condvar),
@@ -35,6 +51,16 @@ pub(crate) struct TaskRegistry {
 /// Keeps each shard's lock on its own cache line.
 #[repr(align(128))]
 struct Padded<T>(T);
+
+/// One worker's spawn and first-run counts (see the module docs).
+#[derive(Default)]
+struct StartCounts {
+    /// Tasks spawned on this worker (written by it alone; the foreign slot by any thread,
+    /// with a read-modify-write).
+    spawned: AtomicU64,
+    /// Tasks this worker ran for the first time (written by it alone).
+    started: AtomicU64,
+}
 
 #[derive(Default)]
 struct Shard {
@@ -51,7 +77,7 @@ impl Key {
     /// A key no task has (a task's key before it is inserted).
     pub(crate) const NONE: Key = Key(u64::MAX);
 
-    pub(crate) fn to_bits(self) -> u64 {
+    pub(crate) const fn to_bits(self) -> u64 {
         self.0
     }
 
@@ -75,34 +101,99 @@ impl TaskRegistry {
             shards: (0..=workers)
                 .map(|_| Padded(SpinLock::new(Shard::default())))
                 .collect(),
+            starts: (0..=workers)
+                .map(|_| Padded(StartCounts::default()))
+                .collect(),
             waiting: AtomicBool::new(false),
             empty: (Mutex::new(()), Condvar::new()),
         }
     }
 
-    /// Adds `task`, from worker `here` (`None`: another thread); returns its key, for
-    /// [`remove`](TaskRegistry::remove).
-    pub(crate) fn insert(&self, here: Option<usize>, task: TaskRef) -> Key {
-        let shard_index = match here {
-            Some(w) if w + 1 < self.shards.len() => w,
-            _ => self.shards.len() - 1,
-        };
-        let mut shard = self.shards[shard_index].0.lock();
-        let slot = match shard.free.pop() {
-            Some(slot) => {
-                shard.slots[slot as usize] = Some(task);
-                slot
+    /// Counts a task spawned on worker `here` (`None`: another thread), before it is pushed
+    /// to a queue. `Some(w)` only on worker `w`'s own thread.
+    pub(crate) fn spawned(&self, here: Option<usize>) {
+        let foreign = self.starts.len() - 1;
+        match here {
+            Some(w) if w < foreign => {
+                let spawned = &self.starts[w].0.spawned;
+                // One writer (this worker): a load and a store. Release: a `wait_empty` that
+                // sees the count sees what preceded it (see `is_empty`).
+                spawned.store(spawned.load(Ordering::Relaxed) + 1, Ordering::Release);
             }
-            None => {
-                // More than 2^32 live tasks in one shard cannot happen: each holds a stack or
-                // at least a heap allocation of well over a byte.
-                let slot = shard.slots.len() as u32;
-                shard.slots.push(Some(task));
-                slot
+            _ => {
+                self.starts[foreign]
+                    .0
+                    .spawned
+                    .fetch_add(1, Ordering::Release);
             }
+        }
+    }
+
+    /// Adds `task`, which worker `w` is about to run for the first time (on `w`'s own
+    /// thread); returns its key, for [`remove`](TaskRegistry::remove).
+    pub(crate) fn insert_started(&self, w: usize, task: TaskRef) -> Key {
+        let shard_index = w.min(self.shards.len() - 1);
+        let key = {
+            let mut shard = self.shards[shard_index].0.lock();
+            let slot = match shard.free.pop() {
+                Some(slot) => {
+                    shard.slots[slot as usize] = Some(task);
+                    slot
+                }
+                None => {
+                    // More than 2^32 live tasks in one shard cannot happen: each holds a stack
+                    // or at least a heap allocation of well over a byte.
+                    let slot = shard.slots.len() as u32;
+                    shard.slots.push(Some(task));
+                    slot
+                }
+            };
+            shard.len += 1;
+            Key(((shard_index as u64) << 32) | u64::from(slot))
         };
-        shard.len += 1;
-        Key(((shard_index as u64) << 32) | u64::from(slot))
+        if let Some(counts) = self.starts.get(w) {
+            // After the insert, Release: whoever sees this count sees the task registered.
+            let started = &counts.0.started;
+            started.store(started.load(Ordering::Relaxed) + 1, Ordering::Release);
+        }
+        key
+    }
+
+    /// (spawned, started) over all workers and foreign threads.
+    fn start_counts(&self) -> (u64, u64) {
+        self.starts.iter().fold((0, 0), |(sp, st), c| {
+            (
+                sp.wrapping_add(c.0.spawned.load(Ordering::Acquire)),
+                st.wrapping_add(c.0.started.load(Ordering::Acquire)),
+            )
+        })
+    }
+
+    /// Tasks spawned and not yet started (queued).
+    fn unstarted(&self) -> usize {
+        let (spawned, started) = self.start_counts();
+        // Read one worker after another, a start may be seen without its spawn: at least 0.
+        usize::try_from(spawned.saturating_sub(started)).unwrap_or(usize::MAX)
+    }
+
+    /// Registered tasks (started, not finished).
+    fn registered(&self) -> usize {
+        self.shards.iter().map(|s| s.0.lock().len).sum()
+    }
+
+    /// Whether no task is live: none registered, none waiting for its first run.
+    ///
+    /// The start counts are read before and after the shards, and must agree: a task's start
+    /// is counted after its insert (Release/Acquire), so a start seen in the first read has
+    /// its insert seen by the shard read; and a spawn by a task that has finished since is
+    /// seen by the second read (the spawn precedes the spawner's removal, whose shard lock the
+    /// shard read takes after it). A start between the reads shows as a mismatch: not empty.
+    fn is_empty(&self) -> bool {
+        let before = self.start_counts();
+        if before.0 != before.1 || self.registered() != 0 {
+            return false;
+        }
+        self.start_counts() == before
     }
 
     /// Removes the task at `key` (a no-op for [`Key::NONE`] or a vacant slot), and drops the
@@ -127,9 +218,9 @@ impl TaskRegistry {
         drop(removed);
     }
 
-    /// How many tasks are live.
+    /// How many tasks are live (a snapshot: registered, plus spawned and not yet started).
     pub(crate) fn live(&self) -> usize {
-        self.shards.iter().map(|s| s.0.lock().len).sum()
+        self.registered().saturating_add(self.unstarted())
     }
 
     /// Every live task.
@@ -162,24 +253,28 @@ impl TaskRegistry {
     /// Waits until no task is live, or `timeout` passes (never, if None); returns whether
     /// none is.
     pub(crate) fn wait_empty(&self, timeout: Option<Duration>) -> bool {
+        // The start counts signal nothing: look again at least this often.
+        const RECHECK: Duration = Duration::from_millis(1);
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut guard = lock(&self.empty.0);
         self.waiting.store(true, Ordering::SeqCst);
-        while self.live() != 0 {
-            guard = match deadline {
-                None => self.empty.1.wait(guard).unwrap_or_else(|e| e.into_inner()),
+        while !self.is_empty() {
+            let wait = match deadline {
+                None => RECHECK,
                 Some(deadline) => {
                     let now = Instant::now();
                     if now >= deadline {
                         return false;
                     }
-                    self.empty
-                        .1
-                        .wait_timeout(guard, deadline - now)
-                        .map(|(g, _)| g)
-                        .unwrap_or_else(|e| e.into_inner().0)
+                    (deadline - now).min(RECHECK)
                 }
             };
+            guard = self
+                .empty
+                .1
+                .wait_timeout(guard, wait)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
         }
         true
     }

@@ -1,7 +1,7 @@
 //! The runtime: configuration, the shared state of its workers, start and shutdown.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{self, JoinHandle as ThreadJoin, Thread};
 use std::time::Duration;
@@ -406,7 +406,6 @@ impl RuntimeBuilder {
             blocking: BlockingPool::new(self.blocking_threads, self.blocking_keep_alive),
             stuck_threshold: self.stuck_threshold,
             shared_stack_size: self.shared_stack_size,
-            next_deal: AtomicUsize::new(0),
             monitor: crate::monitor::MonitorHandle::default(),
         });
         let mut handles = Vec::with_capacity(workers);
@@ -558,19 +557,12 @@ pub(crate) struct Shared {
     pub(crate) stuck_threshold: Option<Duration>,
     /// Bytes of each worker's shared (copying) stack region.
     pub(crate) shared_stack_size: usize,
-    /// Deals shared-stack coroutines spawned from outside the workers.
-    pub(crate) next_deal: AtomicUsize,
     /// The monitor thread, once started, and whether it sleeps until a worker wakes (it does
     /// while every worker sleeps: see `monitor`).
     pub(crate) monitor: crate::monitor::MonitorHandle,
 }
 
 impl Shared {
-    /// A worker, dealt in turn.
-    pub(crate) fn deal(&self) -> usize {
-        self.next_deal.fetch_add(1, Ordering::Relaxed) % self.workers()
-    }
-
     pub(crate) fn workers(&self) -> usize {
         self.unparkers.len()
     }

@@ -142,8 +142,9 @@ impl Builder {
     /// Runs the coroutine on its worker's shared (copying) stack: its used bytes are copied
     /// out when another coroutine takes the region and back when it resumes, so a suspended
     /// coroutine costs only what it uses (a few hundred bytes) — the way to have a million of
-    /// them. It is pinned to one worker from its spawn (the spawning worker, or one dealt in
-    /// turn from other threads) and never migrates.
+    /// them. Like any coroutine it may be stolen before its first run; from then on it stays
+    /// on the worker that first ran it (whose region holds its stack), even with
+    /// [`migratable`](Builder::migratable).
     ///
     /// # Safety
     ///
@@ -400,17 +401,17 @@ where
         }
         kind => StackPlan::AtFirstRun(kind),
     };
-    // A shared-stack coroutine is made on, and stays on, one worker's region: pick it now.
-    let home = match builder.stack {
-        Some(StackKind::Shared) => here.unwrap_or_else(|| shared.deal()),
-        _ => NO_HOME,
-    };
     let header = Header {
         state: AtomicU32::new(crate::task::State::ACTIVE),
         id: next_task_id(),
         name: builder.name,
-        home: AtomicUsize::new(home),
-        migratable: builder.migratable,
+        // Like every coroutine, a shared-stack one may start on any worker (before its first
+        // run it has no stack: `Body::SharedPending`), and stays on the one that first runs
+        // it, whose region holds its stack from then on. (Pinning it at spawn instead kept a
+        // tree of them — skynet — on the root's worker alone.)
+        home: AtomicUsize::new(NO_HOME),
+        // Shared stacks never migrate once started (the option does not apply to them).
+        migratable: builder.migratable && builder.stack != Some(StackKind::Shared),
         yielder: AtomicPtr::new(std::ptr::null_mut()),
         vtable: crate::task::vtable_of::<T, F>(),
         refs: AtomicUsize::new(0), // set by `new_task`
@@ -431,11 +432,8 @@ where
         StackPlan::Reserved(stack) => Body::Own(own_coroutine(header, f, stack)),
         StackPlan::AtFirstRun(kind) => Body::OwnPending(kind, f),
     });
-    let key = shared.tasks.insert(here, task_ref.clone());
-    task_ref
-        .header()
-        .registry_key
-        .store(key.to_bits(), std::sync::atomic::Ordering::Relaxed);
+    // Counted now, registered by the worker that first runs it (see `registry`).
+    shared.tasks.spawned(here);
     shared.schedule_from(here, task_ref, Reason::Spawned);
     Ok(JoinHandle { task: typed })
 }

@@ -412,9 +412,8 @@ impl WorkerCtx {
         if !header.start_running() {
             return;
         }
-        if !header.migratable && header.home.load(Ordering::Relaxed) == NO_HOME {
-            // First run: from now on it stays on this worker (invariant 2).
-            header.home.store(self.index, Ordering::Release);
+        if header.registry_key.load(Ordering::Relaxed) == crate::registry::Key::NONE.to_bits() {
+            self.first_run(&task);
         }
         if !popped.inherit_slice {
             self.budget.set(BUDGET);
@@ -453,6 +452,27 @@ impl WorkerCtx {
                         .schedule_from(Some(self.index), task, Reason::Woken);
                 }
             }
+        }
+    }
+
+    /// What happens once per task, before its first run: it is registered here (see
+    /// `registry`: the worker that first runs a task keeps it), and pinned here unless
+    /// migratable (invariant 2).
+    #[cold]
+    fn first_run(&self, task: &TaskRef) {
+        let header = task.header();
+        if !header.migratable {
+            header.home.store(self.index, Ordering::Release);
+        }
+        let shared = &*self.shared;
+        let key = shared.tasks.insert_started(self.index, task.clone());
+        header.registry_key.store(key.to_bits(), Ordering::Relaxed);
+        // After the insert: shutdown sets `closing`, then cancels what its snapshot of the
+        // registry holds. Either the snapshot holds this task, or (the insert's lock taken
+        // after the snapshot's) this load sees `closing`: a task that starts while the runtime
+        // closes is cancelled before it runs (its closure is dropped, never called).
+        if shared.closing.load(Ordering::Acquire) {
+            header.notify(crate::task::State::CANCELLED | crate::task::State::NOTIFIED);
         }
     }
 

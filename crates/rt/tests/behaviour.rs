@@ -523,6 +523,97 @@ fn a_started_coroutine_stays_on_its_worker() {
 }
 
 #[test]
+fn coroutines_still_queued_at_shutdown_are_cancelled_before_they_run() {
+    // One worker, held by a coroutine that does not suspend, so that the coroutines spawned
+    // meanwhile are still queued when the runtime is dropped: shutdown cancels them, and
+    // their closures are dropped without being called.
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let (holding, release) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let (h, r) = (holding.clone(), release.clone());
+    rt.spawn(move || {
+        h.store(true, Ordering::SeqCst);
+        while !r.load(Ordering::SeqCst) {
+            std::hint::spin_loop();
+        }
+    });
+    while !holding.load(Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
+    let (drops, ran) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    for _ in 0..100 {
+        let (counter, ran) = (DropCounter(drops.clone()), ran.clone());
+        rt.spawn(move || {
+            let _counter = counter;
+            ran.fetch_add(1, Ordering::SeqCst);
+        });
+    }
+    assert_eq!(
+        rt.metrics().live_coroutines,
+        101,
+        "queued coroutines count as live"
+    );
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50)); // the drop below has begun by then
+        release.store(true, Ordering::SeqCst);
+    });
+    drop(rt);
+    releaser.join().unwrap();
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        0,
+        "a queued coroutine ran during shutdown"
+    );
+    assert_eq!(
+        drops.load(Ordering::SeqCst),
+        100,
+        "every queued closure was dropped"
+    );
+}
+
+#[test]
+fn shared_stack_coroutines_spread_over_the_workers_and_stay_where_they_started() {
+    // Spawned from one coroutine, shared-stack coroutines may start on any worker (a tree of
+    // them used to stay on its root's worker); once started, each keeps its worker (its stack
+    // lives in that worker's region) across suspensions, even when marked migratable.
+    for policy in [Policy::WorkStealing, Policy::Fifo, Policy::RoundRobin] {
+        let rt = Runtime::builder()
+            .workers(2)
+            .policy(policy)
+            .build()
+            .unwrap();
+        let threads = rt.block_on(|| {
+            let hs: Vec<_> = (0..64)
+                .map(|_| {
+                    // SAFETY: the coroutine lends nothing on its stack.
+                    unsafe { spindle_rt::Builder::new().shared_stack().migratable() }
+                        .spawn(|| {
+                            let first = std::thread::current().id();
+                            for _ in 0..20 {
+                                // Busy for a while, so that the other worker wakes to help.
+                                let until = Instant::now() + Duration::from_micros(100);
+                                while Instant::now() < until {
+                                    std::hint::spin_loop();
+                                }
+                                spindle_rt::yield_now();
+                                assert_eq!(std::thread::current().id(), first, "it moved");
+                            }
+                            first
+                        })
+                        .unwrap()
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap())
+                .collect::<std::collections::HashSet<_>>()
+        });
+        assert_eq!(threads.len(), 2, "{policy:?}: ran on {threads:?}");
+    }
+}
+
+#[test]
 fn many_coroutines_on_shared_stacks_wait_and_finish() {
     // 100k coroutines suspended at once on the workers' shared stacks: more than
     // vm.max_map_count allows guarded stacks.

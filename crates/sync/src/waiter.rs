@@ -307,6 +307,7 @@ impl Waiter {
     ///
     /// If the task is cancelled, `park` unwinds out of here with the waiter still `WAITING`
     /// (or completed meanwhile): the caller's drop guard deals with it.
+    #[inline]
     pub(crate) fn wait(&self, deadline: Option<Instant>) -> Option<usize> {
         loop {
             let state = self.state.load(Ordering::Acquire);
