@@ -16,8 +16,9 @@
 //! over the spawner's shard lock and its slots' cache lines: 15 % of skynet on 2 workers.
 //!
 //! Tasks between spawn and first run sit in a scheduling queue and are counted instead: each
-//! worker counts the tasks it spawned and the tasks it started (one writer each, so a load
-//! and a store, no read-modify-write; foreign threads' spawns share one atomic counter).
+//! worker counts the tasks it spawned (one writer, so a load and a store, no read-modify-write;
+//! foreign threads' spawns share one atomic counter), and each shard the tasks it started
+//! (under its lock, with the insert).
 //! Live = registered + spawned − started. At shutdown, a task that starts after the runtime
 //! began closing is cancelled before it runs (`worker::run_task`), so shutdown's snapshot
 //! need not see it.
@@ -29,7 +30,7 @@
 //! shard signals the condvar if a waiter has announced itself; the waiter announces itself
 //! before it counts, and counts under each shard's lock, so either its count sees the remover's
 //! removal or the remover (whose shard lock follows the waiter's) sees the announcement. It
-//! also re-checks every millisecond, for the start counts (see [`TaskRegistry::is_empty`]).
+//! also re-checks every millisecond, for the queued tasks (see [`TaskRegistry::is_empty`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -41,8 +42,8 @@ use spindle_park::spin::SpinLock;
 /// See the module documentation.
 pub(crate) struct TaskRegistry {
     shards: Box<[Padded<SpinLock<Shard>>]>,
-    /// Per worker, then one for foreign threads: tasks spawned and started there.
-    starts: Box<[Padded<StartCounts>]>,
+    /// Per worker, then one for foreign threads: tasks spawned there.
+    spawns: Box<[Padded<AtomicU64>]>,
     /// A `wait_empty` is (or was) waiting: removers that empty a shard signal `empty`.
     waiting: AtomicBool,
     empty: (Mutex<()>, Condvar),
@@ -52,18 +53,10 @@ pub(crate) struct TaskRegistry {
 #[repr(align(128))]
 struct Padded<T>(T);
 
-/// One worker's spawn and first-run counts (see the module docs).
-#[derive(Default)]
-struct StartCounts {
-    /// Tasks spawned on this worker (written by it alone; the foreign slot by any thread,
-    /// with a read-modify-write).
-    spawned: AtomicU64,
-    /// Tasks this worker ran for the first time (written by it alone).
-    started: AtomicU64,
-}
-
 #[derive(Default)]
 struct Shard {
+    /// Tasks inserted here ever (started by this shard's worker).
+    started: u64,
     slots: Vec<Option<TaskRef>>,
     free: Vec<u32>,
     len: usize,
@@ -101,9 +94,7 @@ impl TaskRegistry {
             shards: (0..=workers)
                 .map(|_| Padded(SpinLock::new(Shard::default())))
                 .collect(),
-            starts: (0..=workers)
-                .map(|_| Padded(StartCounts::default()))
-                .collect(),
+            spawns: (0..=workers).map(|_| Padded(AtomicU64::new(0))).collect(),
             waiting: AtomicBool::new(false),
             empty: (Mutex::new(()), Condvar::new()),
         }
@@ -111,20 +102,17 @@ impl TaskRegistry {
 
     /// Counts a task spawned on worker `here` (`None`: another thread), before it is pushed
     /// to a queue. `Some(w)` only on worker `w`'s own thread.
+    #[inline]
     pub(crate) fn spawned(&self, here: Option<usize>) {
-        let foreign = self.starts.len() - 1;
+        let foreign = self.spawns.len() - 1;
         match here {
             Some(w) if w < foreign => {
-                let spawned = &self.starts[w].0.spawned;
-                // One writer (this worker): a load and a store. Release: a `wait_empty` that
-                // sees the count sees what preceded it (see `is_empty`).
-                spawned.store(spawned.load(Ordering::Relaxed) + 1, Ordering::Release);
+                let spawned = &self.spawns[w].0;
+                // One writer (this worker): a load and a store.
+                spawned.store(spawned.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
             }
             _ => {
-                self.starts[foreign]
-                    .0
-                    .spawned
-                    .fetch_add(1, Ordering::Release);
+                self.spawns[foreign].0.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -133,67 +121,50 @@ impl TaskRegistry {
     /// thread); returns its key, for [`remove`](TaskRegistry::remove).
     pub(crate) fn insert_started(&self, w: usize, task: TaskRef) -> Key {
         let shard_index = w.min(self.shards.len() - 1);
-        let key = {
-            let mut shard = self.shards[shard_index].0.lock();
-            let slot = match shard.free.pop() {
-                Some(slot) => {
-                    shard.slots[slot as usize] = Some(task);
-                    slot
-                }
-                None => {
-                    // More than 2^32 live tasks in one shard cannot happen: each holds a stack
-                    // or at least a heap allocation of well over a byte.
-                    let slot = shard.slots.len() as u32;
-                    shard.slots.push(Some(task));
-                    slot
-                }
-            };
-            shard.len += 1;
-            Key(((shard_index as u64) << 32) | u64::from(slot))
+        let mut shard = self.shards[shard_index].0.lock();
+        shard.started += 1;
+        let slot = match shard.free.pop() {
+            Some(slot) => {
+                shard.slots[slot as usize] = Some(task);
+                slot
+            }
+            None => {
+                // More than 2^32 live tasks in one shard cannot happen: each holds a stack
+                // or at least a heap allocation of well over a byte.
+                let slot = shard.slots.len() as u32;
+                shard.slots.push(Some(task));
+                slot
+            }
         };
-        if let Some(counts) = self.starts.get(w) {
-            // After the insert, Release: whoever sees this count sees the task registered.
-            let started = &counts.0.started;
-            started.store(started.load(Ordering::Relaxed) + 1, Ordering::Release);
-        }
-        key
+        shard.len += 1;
+        Key(((shard_index as u64) << 32) | u64::from(slot))
     }
 
-    /// (spawned, started) over all workers and foreign threads.
-    fn start_counts(&self) -> (u64, u64) {
-        self.starts.iter().fold((0, 0), |(sp, st), c| {
-            (
-                sp.wrapping_add(c.0.spawned.load(Ordering::Acquire)),
-                st.wrapping_add(c.0.started.load(Ordering::Acquire)),
-            )
-        })
-    }
-
-    /// Tasks spawned and not yet started (queued).
-    fn unstarted(&self) -> usize {
-        let (spawned, started) = self.start_counts();
-        // Read one worker after another, a start may be seen without its spawn: at least 0.
-        usize::try_from(spawned.saturating_sub(started)).unwrap_or(usize::MAX)
-    }
-
-    /// Registered tasks (started, not finished).
-    fn registered(&self) -> usize {
-        self.shards.iter().map(|s| s.0.lock().len).sum()
+    /// (registered, started, spawned) over every shard and worker, read in that order (see
+    /// [`is_empty`](Self::is_empty)).
+    fn counts(&self) -> (usize, u64, u64) {
+        let (registered, started) = self.shards.iter().fold((0, 0u64), |(len, st), s| {
+            let shard = s.0.lock();
+            (len + shard.len, st.wrapping_add(shard.started))
+        });
+        let spawned = self
+            .spawns
+            .iter()
+            .fold(0u64, |sp, c| sp.wrapping_add(c.0.load(Ordering::Relaxed)));
+        (registered, started, spawned)
     }
 
     /// Whether no task is live: none registered, none waiting for its first run.
     ///
-    /// The start counts are read before and after the shards, and must agree: a task's start
-    /// is counted after its insert (Release/Acquire), so a start seen in the first read has
-    /// its insert seen by the shard read; and a spawn by a task that has finished since is
-    /// seen by the second read (the spawn precedes the spawner's removal, whose shard lock the
-    /// shard read takes after it). A start between the reads shows as a mismatch: not empty.
+    /// Each shard's count of registered and started tasks is read under its lock, then the
+    /// spawn counts. A task started before its shard was read was spawned before that (spawn,
+    /// push, pop, insert: each step synchronizes with the next), so its spawn is counted too;
+    /// a task spawned by one that has finished since was spawned before its spawner's removal,
+    /// whose shard lock the read took after it. So spawned ≥ started, and the difference is
+    /// the tasks still queued (or more, never fewer, if a spawn races with the read).
     fn is_empty(&self) -> bool {
-        let before = self.start_counts();
-        if before.0 != before.1 || self.registered() != 0 {
-            return false;
-        }
-        self.start_counts() == before
+        let (registered, started, spawned) = self.counts();
+        registered == 0 && spawned == started
     }
 
     /// Removes the task at `key` (a no-op for [`Key::NONE`] or a vacant slot), and drops the
@@ -220,7 +191,9 @@ impl TaskRegistry {
 
     /// How many tasks are live (a snapshot: registered, plus spawned and not yet started).
     pub(crate) fn live(&self) -> usize {
-        self.registered().saturating_add(self.unstarted())
+        let (registered, started, spawned) = self.counts();
+        let queued = usize::try_from(spawned.saturating_sub(started)).unwrap_or(usize::MAX);
+        registered.saturating_add(queued)
     }
 
     /// Every live task.
