@@ -115,6 +115,15 @@ pub trait Hook {
     /// A waker for the current task. Only called when [`in_task`](Hook::in_task) is true.
     fn waker(&self) -> Waker;
 
+    /// Whether `waker` wakes the current task, as one from [`waker`](Hook::waker) would (see
+    /// [`is_current_waker`](crate::is_current_waker)). Only called when
+    /// [`in_task`](Hook::in_task) is true. The default says no, which is always correct: the
+    /// caller then takes a new waker.
+    fn will_wake(&self, waker: &Waker) -> bool {
+        let _ = waker;
+        false
+    }
+
     /// Starts (`true`) or ends (`false`) one level of deferring the current task's
     /// cancellation (see [`CancelGuard`]). Only called when [`in_task`](Hook::in_task) is true.
     /// A runtime without cancellation keeps the default, which does nothing.
@@ -330,6 +339,20 @@ pub fn waker() -> Waker {
         Some(hook) => hook.waker(),
         None => thread_waker(),
     }
+}
+
+/// Whether `waker` wakes the current task as one from [`waker`] would, so that code keeping
+/// the waker of its previous wait may reuse it instead of taking a new one (which costs a
+/// reference count's increment, and the old one's decrement). `false` when unsure — always on
+/// a plain thread — which only costs that new waker.
+///
+/// ```
+/// let w = spindle_park::waker();
+/// // On a plain thread: unsure, so take a new one.
+/// assert!(!spindle_park::is_current_waker(&w));
+/// ```
+pub fn is_current_waker(waker: &Waker) -> bool {
+    task_hook().is_some_and(|hook| hook.will_wake(waker))
 }
 
 /// Defers the current task's cancellation while the returned guard lives.

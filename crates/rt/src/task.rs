@@ -386,6 +386,13 @@ impl Drop for TaskRef {
 }
 
 /// The wakers of tasks: a data pointer to the task's header that counts one reference.
+/// Whether `waker` is the waker of the task with header `header` (made by [`TaskRef::waker`]).
+pub(crate) fn is_waker_of(waker: &Waker, header: *const Header) -> bool {
+    !header.is_null()
+        && ptr::eq(waker.data(), header.cast())
+        && ptr::eq(waker.vtable(), &WAKER_VTABLE)
+}
+
 static WAKER_VTABLE: RawWakerVTable =
     RawWakerVTable::new(waker_clone, waker_wake, waker_wake_by_ref, waker_drop);
 

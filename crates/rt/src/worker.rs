@@ -531,6 +531,10 @@ impl Hook for WorkerCtx {
         }
     }
 
+    fn will_wake(&self, waker: &Waker) -> bool {
+        crate::task::is_waker_of(waker, self.current_header.get())
+    }
+
     fn defer_cancel(&self, defer: bool) {
         // SAFETY: only called when `in_task` is true: the running coroutine's header, kept
         // alive by this worker while it runs.
@@ -597,12 +601,17 @@ impl Hook for WorkerCtx {
 fn park_current(header: *const Header, deadline: Option<Instant>) -> Wake {
     // SAFETY: called by the running coroutine, whose worker keeps the task alive.
     let header = unsafe { &*header };
+    // A park that finds its permit without suspending completed at once: it counts against the
+    // slice's budget (see `coop`). One that suspended does not: it gave its worker up.
+    let mut suspended = false;
     loop {
         if header.should_unwind() {
             crate::coop::cancel_unwind();
         }
         if header.take_permit() {
-            crate::coop::consume_budget_here();
+            if !suspended {
+                crate::coop::consume_budget_here();
+            }
             return Wake::Woken;
         }
         if let Some(deadline) = deadline
@@ -616,6 +625,7 @@ fn park_current(header: *const Header, deadline: Option<Instant>) -> Wake {
             .park_seq
             .store(seq.wrapping_add(1), Ordering::Release);
         suspend_current(header, Suspend::Park(deadline));
+        suspended = true;
         // Resumed — possibly on another worker if the task is migratable: use no worker state
         // from before the switch.
         if let Some((worker, key)) = header.timer.take()

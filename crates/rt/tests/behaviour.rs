@@ -523,6 +523,25 @@ fn a_started_coroutine_stays_on_its_worker() {
 }
 
 #[test]
+fn a_coroutine_recognises_its_own_waker_and_no_other() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    rt.block_on(|| {
+        let mine = spindle_park::waker();
+        assert!(spindle_park::is_current_waker(&mine));
+        let theirs = spindle_rt::spawn(spindle_park::waker).join().unwrap();
+        assert!(!spindle_park::is_current_waker(&theirs));
+        assert!(!spindle_park::is_current_waker(std::task::Waker::noop()));
+        spindle_rt::yield_now();
+        assert!(
+            spindle_park::is_current_waker(&mine),
+            "still mine after a switch"
+        );
+    });
+    // Outside a runtime: unsure, so no.
+    assert!(!spindle_park::is_current_waker(&spindle_park::waker()));
+}
+
+#[test]
 fn coroutines_still_queued_at_shutdown_are_cancelled_before_they_run() {
     // One worker, held by a coroutine that does not suspend, so that the coroutines spawned
     // meanwhile are still queued when the runtime is dropped: shutdown cancels them, and

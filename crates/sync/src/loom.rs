@@ -228,7 +228,13 @@ impl<T: ?Sized> DataCell<T> {
 // The parker.
 
 #[cfg(not(loom))]
-pub(crate) use spindle_park::{Wake, consume_budget, park, park_until, waker};
+pub(crate) use spindle_park::{Wake, consume_budget, is_current_waker, park, park_until, waker};
+
+/// Loom's parker keeps no wakers to compare: always take a new one.
+#[cfg(loom)]
+pub(crate) fn is_current_waker(_: &std::task::Waker) -> bool {
+    false
+}
 
 /// Loom has no runtime budget to consume.
 #[cfg(loom)]

@@ -44,8 +44,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use crate::loom::{
-    AtomicU8, AtomicUsize, DataCell, Ordering, StdMutex, Wake, lock, park, park_until, spin_wait,
-    waker,
+    AtomicU8, AtomicUsize, DataCell, Ordering, StdMutex, Wake, is_current_waker, lock, park,
+    park_until, spin_wait, waker,
 };
 
 const WAITING: usize = 0;
@@ -83,14 +83,14 @@ pub struct Waiter {
 enum WakerSlot {
     /// A blocking wait's task (coroutine or thread): fixed while the record is shared
     /// (queued, or held by a completer); replaced only while nobody else can reach the record
-    /// ([`Waiter::reset`], [`Waiter::release_waker`]: a channel reusing a packet).
+    /// ([`Waiter::reset`]: a channel reusing a packet).
     Task(DataCell<Waker>),
     /// A future's: the waker of its latest poll ([`Waiter::poll`] replaces it).
     Future(StdMutex<Waker>),
 }
 
 // SAFETY: the task waker is written only while the record is unshared (`Waiter::reset`,
-// `Waiter::release_waker`, whose callers guarantee it) and only read while shared; a `Waker`
+// whose callers guarantee it) and only read while shared; a `Waker`
 // is `Send + Sync`. The future waker is behind a lock.
 unsafe impl Sync for WakerSlot {}
 
@@ -147,7 +147,9 @@ impl Waiter {
     }
 
     /// Makes a finished blocking record fresh for a new wait of the current task (a channel
-    /// reusing its packet): `WAITING`, this thread, the current task's waker.
+    /// reusing its packet): `WAITING`, this thread, the current task's waker — the one it holds
+    /// if that is the current task's already (the usual case: a task waiting on a channel
+    /// again), which saves a reference count's increment and decrement.
     ///
     /// # Safety
     ///
@@ -160,20 +162,10 @@ impl Waiter {
         self.sleep.store(PARKS, Ordering::Relaxed);
         if let WakerSlot::Task(slot) = &self.waker {
             // SAFETY: unshared, per the caller: nobody reads the waker meanwhile.
-            unsafe { *slot.ptr() = waker() };
-        }
-    }
-
-    /// Drops the task's waker (keeping a no-op one), so that a record kept for reuse does not
-    /// keep its last task alive.
-    ///
-    /// # Safety
-    ///
-    /// As [`reset`](Self::reset).
-    pub(crate) unsafe fn release_waker(&self) {
-        if let WakerSlot::Task(slot) = &self.waker {
-            // SAFETY: unshared, per the caller.
-            unsafe { *slot.ptr() = Waker::noop().clone() };
+            let slot = unsafe { &mut *slot.ptr() };
+            if !is_current_waker(slot) {
+                *slot = waker();
+            }
         }
     }
 

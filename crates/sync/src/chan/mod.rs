@@ -144,7 +144,8 @@ pub struct Chan<T> {
     /// fewer per blocked send or receive (~300 instructions of a ~2,000-instruction round
     /// trip between two coroutines, in callgrind). Null: none. Otherwise it owns one `Arc`
     /// reference (`Arc::into_raw`), and the packet is unshared: no queue entry or completer
-    /// holds it, its slot is empty and its waker a no-op. See [`Chan::packet`] and
+    /// holds it, and its slot is empty; its waker is its last user's (kept for reuse, see
+    /// [`Chan::recycle`]). See [`Chan::packet`] and
     /// [`Chan::recycle`].
     spare: AtomicPtr<Packet<T>>,
 }
@@ -229,8 +230,9 @@ impl<T> Chan<T> {
         if cfg!(loom) || !is_unshared(&mut packet) {
             return;
         }
-        // SAFETY: unshared, as just argued; the caller emptied the slot.
-        unsafe { packet.cx.release_waker() };
+        // The waker stays: the next wait on this channel is usually the same task's, which
+        // then reuses it (`Waiter::reset`). Until then it keeps that task's block allocated
+        // (a few hundred bytes; the coroutine and its stack are freed when it finishes).
         let old = self
             .spare
             .swap(Arc::into_raw(packet).cast_mut(), Ordering::AcqRel);
