@@ -117,24 +117,39 @@ impl<T: Send + 'static> JoinHandle<T> {
     /// # Panics
     ///
     /// If a coroutine joins its own handle (that would never return).
+    // Inlined with only the park in it (the rest is out of line): the park's switch then sits
+    // one frame below the caller (see `coop::yield_now` on mispredicted returns).
+    #[inline]
     pub fn join(self) -> Result<T, JoinError> {
+        self.refuse_own();
+        loop {
+            if let Some(result) = self.take_or_register() {
+                return result;
+            }
+            spindle_park::park();
+        }
+    }
+
+    /// Panics if the calling coroutine is the one this handle joins.
+    fn refuse_own(&self) {
         if let Some(me) = worker::current_task_header()
             && std::ptr::eq(me, self.task.header())
         {
             panic!("a coroutine cannot join its own JoinHandle: it would wait for itself forever");
         }
-        loop {
-            {
-                let mut slot = self.task.join().slot.lock();
-                if let Some(result) = slot.result.take() {
-                    drop(slot);
-                    crate::coop::consume_budget_here();
-                    return result.map_err(JoinError::from);
-                }
-                slot.waiter = Some(spindle_park::waker());
-            }
-            spindle_park::park();
+    }
+
+    /// The result if the coroutine has finished; else registers the current task's waker (the
+    /// caller then parks) and returns `None`.
+    fn take_or_register(&self) -> Option<Result<T, JoinError>> {
+        let mut slot = self.task.join().slot.lock();
+        if let Some(result) = slot.result.take() {
+            drop(slot);
+            crate::coop::consume_budget_here();
+            return Some(result.map_err(JoinError::from));
         }
+        slot.waiter = Some(spindle_park::waker());
+        None
     }
 
     /// Whether the coroutine has finished (its result waits for `join`).

@@ -170,6 +170,9 @@ impl<T> Inner<T> {
         }
     }
 
+    /// Inlined with only the park in it (the rest is out of line), as the channels'
+    /// `recv_until`: the park's switch then sits one frame below the caller.
+    #[inline(always)]
     fn recv_until(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         // Removes the registration if the park unwinds (a cancelled coroutine).
         let mut registration = Registration {
@@ -180,34 +183,46 @@ impl<T> Inner<T> {
         // real time far from the deadline).
         let mut timed_out = false;
         loop {
-            {
-                let mut st = lock(&self.state);
-                let outcome = match st.take() {
-                    Some(Ok(msg)) => Some(Ok(msg)),
-                    Some(Err(RecvError)) => Some(Err(RecvTimeoutError::Disconnected)),
-                    None if timed_out || deadline.is_some_and(|d| Instant::now() >= d) => {
-                        Some(Err(RecvTimeoutError::Timeout))
-                    }
-                    None => None,
-                };
-                if let Some(outcome) = outcome {
-                    if let Some(token) = registration.token.take() {
-                        let stale = st.deregister(token);
-                        drop(st);
-                        drop(stale);
-                    }
-                    return outcome;
-                }
-                match registration.token {
-                    Some(token) if st.position(token).is_some() => {} // a spurious wake-up
-                    _ => registration.token = Some(st.register(waker())),
-                }
+            if let Some(outcome) = self.recv_step(&mut registration.token, deadline, timed_out) {
+                return outcome;
             }
             match deadline {
                 None => park(),
                 Some(deadline) => timed_out = park_until(deadline) == Wake::TimedOut,
             }
         }
+    }
+
+    /// One look of `recv_until`: the outcome if there is one (deregistering), else registers
+    /// (once; `token`) and returns `None` for the caller to park.
+    fn recv_step(
+        &self,
+        token: &mut Option<u64>,
+        deadline: Option<Instant>,
+        timed_out: bool,
+    ) -> Option<Result<T, RecvTimeoutError>> {
+        let mut st = lock(&self.state);
+        let outcome = match st.take() {
+            Some(Ok(msg)) => Some(Ok(msg)),
+            Some(Err(RecvError)) => Some(Err(RecvTimeoutError::Disconnected)),
+            None if timed_out || deadline.is_some_and(|d| Instant::now() >= d) => {
+                Some(Err(RecvTimeoutError::Timeout))
+            }
+            None => None,
+        };
+        if let Some(outcome) = outcome {
+            if let Some(token) = token.take() {
+                let stale = st.deregister(token);
+                drop(st);
+                drop(stale);
+            }
+            return Some(outcome);
+        }
+        match *token {
+            Some(t) if st.position(t).is_some() => {} // a spurious wake-up
+            _ => *token = Some(st.register(waker())),
+        }
+        None
     }
 
     /// A receive future's step (`token`: its registration while it waits).
