@@ -116,7 +116,7 @@ pub trait Hook {
     fn waker(&self) -> Waker;
 
     /// Whether `waker` wakes the current task, as one from [`waker`](Hook::waker) would (see
-    /// [`is_current_waker`](crate::is_current_waker)). Only called when
+    /// [`is_current_waker`]). Only called when
     /// [`in_task`](Hook::in_task) is true. The default says no, which is always correct: the
     /// caller then takes a new waker.
     fn will_wake(&self, waker: &Waker) -> bool {
