@@ -226,9 +226,8 @@ impl<T> fmt::Debug for JoinHandle<T> {
 pub(crate) fn cancel_task(task: &TaskRef) {
     let header = task.header();
     if header.notify(State::CANCELLED | State::NOTIFIED) {
-        header
-            .shared()
-            .schedule(task.clone(), spindle_sched::Reason::Woken);
+        // SAFETY: `notify` moved it out of idle: the idle state's reference is ours.
+        unsafe { task.idle_reference() }.schedule(spindle_sched::Reason::Woken);
     }
 }
 

@@ -400,8 +400,11 @@ impl WorkerCtx {
         }
         for entry in due {
             if entry.task.header().timer_fired(entry.seq) {
+                // SAFETY: `timer_fired` moved it out of idle: the idle state's reference is
+                // ours. (The entry's own reference is dropped below.)
+                let task = unsafe { entry.task.idle_reference() };
                 self.shared
-                    .schedule_from(Some(self.index), entry.task, Reason::Woken);
+                    .schedule_from(Some(self.index), task, Reason::Woken);
             }
         }
     }
@@ -450,6 +453,9 @@ impl WorkerCtx {
                 if header.park_done() {
                     self.shared
                         .schedule_from(Some(self.index), task, Reason::Woken);
+                } else {
+                    // Idle: our reference stays with the idle state, for whoever wakes it.
+                    task.into_idle();
                 }
             }
         }
@@ -472,7 +478,10 @@ impl WorkerCtx {
         // after the snapshot's) this load sees `closing`: a task that starts while the runtime
         // closes is cancelled before it runs (its closure is dropped, never called).
         if shared.closing.load(Ordering::Acquire) {
-            header.notify(crate::task::State::CANCELLED | crate::task::State::NOTIFIED);
+            // The task is `ACTIVE` (we run it): this only sets the flags, it pushes nothing.
+            let pushed =
+                header.notify(crate::task::State::CANCELLED | crate::task::State::NOTIFIED);
+            debug_assert!(!pushed, "a task being run is ACTIVE");
         }
     }
 

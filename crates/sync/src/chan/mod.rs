@@ -199,17 +199,24 @@ impl<T> Chan<T> {
     }
 
     /// A packet for a blocking operation of the current task, holding `msg` (a send's) or
-    /// nothing (a receive's): the spare if there is one, else a new one.
-    fn packet(&self, msg: Option<T>) -> Arc<Packet<T>> {
-        let spare = self.spare.swap(std::ptr::null_mut(), Ordering::Acquire);
+    /// nothing (a receive's): the spare if there is one, else a new one. Called with the
+    /// channel's lock held (`_locked`: the state it guards).
+    ///
+    /// Only this function empties the spare, and only under the lock, so nobody takes it
+    /// between the load and the store below; and [`recycle`](Self::recycle) only fills an
+    /// empty spare (a compare-and-swap from null), so nobody replaces it either: a load and a
+    /// store do what a swap would, without a read-modify-write.
+    fn packet(&self, _locked: &mut State<T>, msg: Option<T>) -> Arc<Packet<T>> {
+        let spare = self.spare.load(Ordering::Acquire);
         if spare.is_null() {
             return Arc::new(Packet {
                 cx: Waiter::new_inline(),
                 slot: Slot::new(msg),
             });
         }
-        // SAFETY: the spare owned this reference (`Arc::into_raw` in `recycle`); the swap
-        // moved it to us.
+        self.spare.store(std::ptr::null_mut(), Ordering::Relaxed);
+        // SAFETY: the spare owned this reference (`Arc::into_raw` in `recycle`); emptying it
+        // (see above) moved the reference to us.
         let packet = unsafe { Arc::from_raw(spare) };
         // SAFETY: a spare packet is unshared (see the field), and it is ours alone now.
         unsafe {
@@ -233,12 +240,20 @@ impl<T> Chan<T> {
         // The waker stays: the next wait on this channel is usually the same task's, which
         // then reuses it (`Waiter::reset`). Until then it keeps that task's block allocated
         // (a few hundred bytes; the coroutine and its stack are freed when it finishes).
-        let old = self
+        let raw = Arc::into_raw(packet).cast_mut();
+        if self
             .spare
-            .swap(Arc::into_raw(packet).cast_mut(), Ordering::AcqRel);
-        if !old.is_null() {
-            // SAFETY: the spare's reference (see the field), moved to us by the swap.
-            drop(unsafe { Arc::from_raw(old) });
+            .compare_exchange(
+                std::ptr::null_mut(),
+                raw,
+                Ordering::Release,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            // A spare is there already: free this one. SAFETY: `raw` is the reference we just
+            // gave up with `into_raw`, and nobody else saw it.
+            drop(unsafe { Arc::from_raw(raw) });
         }
     }
 
@@ -405,7 +420,7 @@ impl<T> Chan<T> {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(Err(SendTimeoutError::Timeout(msg)));
         }
-        let packet = self.packet(Some(msg));
+        let packet = self.packet(&mut st, Some(msg));
         st.senders.push_back(Entry {
             link: Link::Packet(packet.clone()),
             op: 0,
@@ -482,7 +497,7 @@ impl<T> Chan<T> {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(Err(RecvTimeoutError::Timeout));
         }
-        let packet = self.packet(None);
+        let packet = self.packet(&mut st, None);
         st.receivers.push_back(Entry {
             link: Link::Packet(packet.clone()),
             op: 0,
