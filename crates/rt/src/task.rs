@@ -14,8 +14,9 @@
 //! | `COMPLETE` | the coroutine finished; the result is in the join cell |
 //!
 //! Transitions (compare-and-swap loops):
-//! * **wake** (the task's `Waker`, any thread): set `NOTIFIED`; if idle, also set `ACTIVE` and
-//!   push the task to the policy. If active, the permit is all it takes.
+//! * **wake** (the task's `Waker`, any thread): if idle, set `ACTIVE` and push the task to the
+//!   policy — no permit: being resumed is the parked task's wake-up, so it need not clear one
+//!   (a read-modify-write) — else set `NOTIFIED`, the permit its next park takes.
 //! * **timer fire** (the worker that owns the timer): if idle, set `ACTIVE` and push (no permit:
 //!   the parked code then sees its deadline passed).
 //! * **cancel**: like wake, plus `CANCELLED`.
@@ -67,6 +68,9 @@ impl State {
     pub(crate) const NOTIFIED: u32 = 1 << 2;
     pub(crate) const CANCELLED: u32 = 1 << 3;
     pub(crate) const COMPLETE: u32 = 1 << 4;
+    /// The parked task's timer moved it out of idle (its deadline passed); cleared by the
+    /// resumed park.
+    pub(crate) const FIRED: u32 = 1 << 5;
 }
 
 /// Why a coroutine switched back to its worker.
@@ -171,6 +175,11 @@ impl Header {
 
     /// Sets `extra` (NOTIFIED, CANCELLED) and, if the task is idle, ACTIVE. Returns true if the
     /// caller must push the task.
+    ///
+    /// From idle it leaves no permit (`NOTIFIED`): the task is parked, and being resumed is its
+    /// wake-up (`worker::park_current`), so the resumed park need not clear a permit with a
+    /// read-modify-write. A task that is `ACTIVE` (running or queued) gets the permit, for its
+    /// next park.
     pub(crate) fn notify(&self, extra: u32) -> bool {
         self.update(|s| {
             if s & State::COMPLETE != 0 {
@@ -178,7 +187,8 @@ impl Header {
             }
             let mut next = s | extra;
             if s & State::ACTIVE == 0 {
-                next |= State::ACTIVE;
+                // (Idle implies no permit: `park_done` publishes idle only without one.)
+                next = (next & !State::NOTIFIED) | State::ACTIVE;
             }
             (next != s).then_some(next)
         })
@@ -190,8 +200,10 @@ impl Header {
         if self.park_seq.load(Ordering::Acquire) != seq {
             return false;
         }
-        self.update(|s| (s & (State::ACTIVE | State::COMPLETE) == 0).then_some(s | State::ACTIVE))
-            .is_some()
+        self.update(|s| {
+            (s & (State::ACTIVE | State::COMPLETE) == 0).then_some(s | State::ACTIVE | State::FIRED)
+        })
+        .is_some()
     }
 
     /// A worker popped the task: false if it is already complete (a stale queue entry cannot
@@ -206,7 +218,7 @@ impl Header {
         // `update` gives up (None) when the closure does: the task stays ACTIVE, nothing written.
         self.update(|s| {
             // A cancel the coroutine defers (a `CancelGuard`) already woke it once (it sets
-            // NOTIFIED too); re-queueing for it on every park would spin.
+            // NOTIFIED if it found it running); re-queueing for it on every park would spin.
             let cancel_now = s & State::CANCELLED != 0 && self.no_cancel.get() == 0;
             let stays = s & State::NOTIFIED != 0 || cancel_now;
             (!stays).then_some(s & !State::ACTIVE)
@@ -216,6 +228,24 @@ impl Header {
 
     pub(crate) fn complete(&self) {
         self.update(|s| Some((s & !State::ACTIVE) | State::COMPLETE));
+    }
+
+    /// What resumed a parked task (the task itself, right after the resume): its timer
+    /// (`TimedOut`, unless a wake-up came too) or a wake-up. Clears the timer's mark and the
+    /// permit; in the usual case — a wake-up moved it out of idle, leaving neither — with a
+    /// load alone.
+    pub(crate) fn resumed(&self) -> spindle_park::Wake {
+        if self.state.load(Ordering::Acquire) & (State::FIRED | State::NOTIFIED) == 0 {
+            return spindle_park::Wake::Woken;
+        }
+        let old = self
+            .state
+            .fetch_and(!(State::FIRED | State::NOTIFIED), Ordering::AcqRel);
+        if old & State::FIRED != 0 && old & State::NOTIFIED == 0 {
+            spindle_park::Wake::TimedOut
+        } else {
+            spindle_park::Wake::Woken
+        }
     }
 
     /// Consumes the permit, if set. Looks first: a park usually finds none, and then costs no

@@ -614,13 +614,18 @@ fn park_current(header: *const Header, deadline: Option<Instant>) -> Wake {
     // slice's budget (see `coop`). One that suspended does not: it gave its worker up.
     let mut suspended = false;
     loop {
+        // Resumed: something moved the task out of idle — a wake-up (which leaves no permit
+        // then: the resume is the wake-up; see `Header::notify`), a cancel (unwinds below,
+        // unless deferred: then this is its one wake-up) or the timer (which marks it).
+        let resumed = suspended.then(|| header.resumed());
         if header.should_unwind() {
             crate::coop::cancel_unwind();
         }
+        if let Some(wake) = resumed {
+            return wake;
+        }
         if header.take_permit() {
-            if !suspended {
-                crate::coop::consume_budget_here();
-            }
+            crate::coop::consume_budget_here();
             return Wake::Woken;
         }
         if let Some(deadline) = deadline

@@ -523,6 +523,51 @@ fn a_started_coroutine_stays_on_its_worker() {
 }
 
 #[test]
+fn a_timed_park_says_whether_it_was_woken_or_timed_out() {
+    use spindle_park::Wake;
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    rt.block_on(|| {
+        // Nobody wakes it: the deadline passes.
+        let start = Instant::now();
+        assert_eq!(
+            spindle_park::park_timeout(Duration::from_millis(20)),
+            Wake::TimedOut
+        );
+        assert!(start.elapsed() >= Duration::from_millis(20));
+        // Woken from another thread long before its deadline, while parked.
+        for _ in 0..20 {
+            let waker = spindle_park::waker();
+            let waking = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(2));
+                waker.wake();
+            });
+            let start = Instant::now();
+            assert_eq!(
+                spindle_park::park_timeout(Duration::from_secs(10)),
+                Wake::Woken
+            );
+            assert!(start.elapsed() < Duration::from_secs(5));
+            waking.join().unwrap();
+        }
+        // Woken before it parks: the permit makes the park return at once.
+        spindle_park::waker().wake();
+        assert_eq!(
+            spindle_park::park_timeout(Duration::from_secs(10)),
+            Wake::Woken
+        );
+        // A time-out leaves nothing behind: the next timed park times out too.
+        assert_eq!(
+            spindle_park::park_timeout(Duration::from_millis(5)),
+            Wake::TimedOut
+        );
+        assert_eq!(
+            spindle_park::park_timeout(Duration::from_millis(5)),
+            Wake::TimedOut
+        );
+    });
+}
+
+#[test]
 fn a_coroutine_recognises_its_own_waker_and_no_other() {
     let rt = Runtime::builder().workers(1).build().unwrap();
     rt.block_on(|| {
