@@ -2,8 +2,8 @@
 //! count them.
 //!
 //! A task enters when a worker first runs it and leaves when it finishes: two operations on
-//! every coroutine's life. So the registry is sharded (one shard per worker, plus one for
-//! foreign threads' removals of migrated tasks), each shard a slab — a vector of slots and a
+//! every coroutine's life. So the registry is sharded (one shard per worker: only workers
+//! run tasks), each shard a slab — a vector of slots and a
 //! free list — behind its own lock, and a task remembers its slot: insert and remove are a few
 //! stores under a lock, with no hashing and no shared counter. (A sharded `HashMap` keyed by
 //! task id with one global live counter cost about 10 % of a spawn–join and put every spawn
@@ -91,7 +91,7 @@ impl TaskRegistry {
     /// A registry for a runtime with `workers` workers.
     pub(crate) fn new(workers: usize) -> Self {
         TaskRegistry {
-            shards: (0..=workers)
+            shards: (0..workers)
                 .map(|_| Padded(SpinLock::new(Shard::default())))
                 .collect(),
             spawns: (0..=workers).map(|_| Padded(AtomicU64::new(0))).collect(),

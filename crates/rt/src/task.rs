@@ -12,13 +12,14 @@
 //! | `NOTIFIED` | the wake-up permit of `spindle_park` (set by the waker, consumed by `park`) |
 //! | `CANCELLED` | `JoinHandle::cancel` was called |
 //! | `COMPLETE` | the coroutine finished; the result is in the join cell |
+//! | `FIRED` | its timer moved the parked task out of idle (cleared by the resumed park) |
 //!
 //! Transitions (compare-and-swap loops):
 //! * **wake** (the task's `Waker`, any thread): if idle, set `ACTIVE` and push the task to the
 //!   policy — no permit: being resumed is the parked task's wake-up, so it need not clear one
 //!   (a read-modify-write) — else set `NOTIFIED`, the permit its next park takes.
-//! * **timer fire** (the worker that owns the timer): if idle, set `ACTIVE` and push (no permit:
-//!   the parked code then sees its deadline passed).
+//! * **timer fire** (the worker that owns the timer): if idle, set `ACTIVE` and `FIRED` and
+//!   push (no permit): the resumed park reads `FIRED` and reports the time-out.
 //! * **cancel**: like wake, plus `CANCELLED`.
 //! * **pop**, **yield** (back to a queue): no change. Queued and running are one state: a
 //!   task is pushed only by whoever moved it out of idle (one CAS decides) or by the worker
@@ -442,7 +443,6 @@ impl Drop for TaskRef {
     }
 }
 
-/// The wakers of tasks: a data pointer to the task's header that counts one reference.
 /// Whether `waker` is the waker of the task with header `header` (made by [`TaskRef::waker`]).
 pub(crate) fn is_waker_of(waker: &Waker, header: *const Header) -> bool {
     !header.is_null()
@@ -450,6 +450,7 @@ pub(crate) fn is_waker_of(waker: &Waker, header: *const Header) -> bool {
         && ptr::eq(waker.vtable(), &WAKER_VTABLE)
 }
 
+/// The wakers of tasks: a data pointer to the task's header that counts one reference.
 static WAKER_VTABLE: RawWakerVTable =
     RawWakerVTable::new(waker_clone, waker_wake, waker_wake_by_ref, waker_drop);
 

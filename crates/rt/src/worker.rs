@@ -38,7 +38,7 @@ use spindle_timer::{TimerKey, TimerWheel};
 use crate::io::Resolved;
 use crate::metrics::WorkerCounters;
 use crate::runtime::{Shared, WorkerUnpark};
-use crate::task::{CancelUnwind, Header, NO_HOME, Suspend, TaskRef};
+use crate::task::{Header, NO_HOME, Suspend, TaskRef};
 
 /// Operations a coroutine may complete without blocking before it must yield.
 pub(crate) const BUDGET: u32 = 128;
@@ -464,7 +464,6 @@ impl WorkerCtx {
     /// What happens once per task, before its first run: it is registered here (see
     /// `registry`: the worker that first runs a task keeps it), and pinned here unless
     /// migratable (invariant 2).
-    #[cold]
     fn first_run(&self, task: &TaskRef) {
         let header = task.header();
         if !header.migratable {
@@ -566,7 +565,7 @@ impl Hook for WorkerCtx {
         // SAFETY: as in `defer_cancel`.
         let header = unsafe { &*self.current_header.get() };
         if header.should_unwind() {
-            std::panic::resume_unwind(Box::new(CancelUnwind));
+            crate::coop::cancel_unwind();
         }
     }
 
@@ -610,46 +609,44 @@ impl Hook for WorkerCtx {
 fn park_current(header: *const Header, deadline: Option<Instant>) -> Wake {
     // SAFETY: called by the running coroutine, whose worker keeps the task alive.
     let header = unsafe { &*header };
-    // A park that finds its permit without suspending completed at once: it counts against the
-    // slice's budget (see `coop`). One that suspended does not: it gave its worker up.
-    let mut suspended = false;
-    loop {
-        // Resumed: something moved the task out of idle — a wake-up (which leaves no permit
-        // then: the resume is the wake-up; see `Header::notify`), a cancel (unwinds below,
-        // unless deferred: then this is its one wake-up) or the timer (which marks it).
-        let resumed = suspended.then(|| header.resumed());
-        if header.should_unwind() {
-            crate::coop::cancel_unwind();
-        }
-        if let Some(wake) = resumed {
-            return wake;
-        }
-        if header.take_permit() {
-            crate::coop::consume_budget_here();
-            return Wake::Woken;
-        }
-        if let Some(deadline) = deadline
-            && Instant::now() >= deadline
-        {
-            return Wake::TimedOut;
-        }
-        // Only this coroutine writes its park number: a load and a store, no read-modify-write.
-        let seq = header.park_seq.load(Ordering::Relaxed);
-        header
-            .park_seq
-            .store(seq.wrapping_add(1), Ordering::Release);
-        suspend_current(header, Suspend::Park(deadline));
-        suspended = true;
-        // Resumed — possibly on another worker if the task is migratable: use no worker state
-        // from before the switch.
-        if let Some((worker, key)) = header.timer.take()
-            && let Some(ctx) = current()
-            && ctx.index == worker
-            && header.belongs_to(&ctx.shared)
-        {
-            ctx.cancel_timer(key);
-        }
+    if header.should_unwind() {
+        crate::coop::cancel_unwind();
     }
+    if header.take_permit() {
+        // Completed at once: it counts against the slice's budget (see `coop`). A park that
+        // suspends does not: it gave its worker up.
+        crate::coop::consume_budget_here();
+        return Wake::Woken;
+    }
+    if let Some(deadline) = deadline
+        && Instant::now() >= deadline
+    {
+        return Wake::TimedOut;
+    }
+    // Only this coroutine writes its park number: a load and a store, no read-modify-write.
+    let seq = header.park_seq.load(Ordering::Relaxed);
+    header
+        .park_seq
+        .store(seq.wrapping_add(1), Ordering::Release);
+    suspend_current(header, Suspend::Park(deadline));
+    // Resumed — possibly on another worker if the task is migratable: use no worker state
+    // from before the switch.
+    if let Some((worker, key)) = header.timer.take()
+        && let Some(ctx) = current()
+        && ctx.index == worker
+        && header.belongs_to(&ctx.shared)
+    {
+        ctx.cancel_timer(key);
+    }
+    // Something moved the task out of idle: a wake-up (which leaves no permit then: the resume
+    // is the wake-up; see `Header::notify`), a cancel (unwinds here, unless deferred: then this
+    // is its one wake-up) or the timer (which marks it). Read (and cleared) before a cancel
+    // unwinds, so that no mark outlives this park.
+    let wake = header.resumed();
+    if header.should_unwind() {
+        crate::coop::cancel_unwind();
+    }
+    wake
 }
 
 /// Switches from the running coroutine back to its worker with `why`.

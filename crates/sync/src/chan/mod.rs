@@ -144,9 +144,8 @@ pub struct Chan<T> {
     /// fewer per blocked send or receive (~300 instructions of a ~2,000-instruction round
     /// trip between two coroutines, in callgrind). Null: none. Otherwise it owns one `Arc`
     /// reference (`Arc::into_raw`), and the packet is unshared: no queue entry or completer
-    /// holds it, and its slot is empty; its waker is its last user's (kept for reuse, see
-    /// [`Chan::recycle`]). See [`Chan::packet`] and
-    /// [`Chan::recycle`].
+    /// holds it, and its slot is empty; its waker is its last user's, kept for reuse. See
+    /// [`Chan::packet`] and [`Chan::recycle`].
     spare: AtomicPtr<Packet<T>>,
 }
 
