@@ -201,5 +201,5 @@ pub use waitgroup::{WaitGroup, WaitGroupWait};
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod __loom {
-    pub use crate::loom::loom_park::{Cancelled, cancel_next_park, clear_cancel};
+    pub use crate::loom::loom_park::{Cancelled, cancel_next_park, clear_cancel, recycle_packets};
 }

@@ -13,14 +13,14 @@
 #[cfg(loom)]
 pub(crate) use self::loom_lock::{Mutex as StdMutex, MutexGuard as StdMutexGuard};
 #[cfg(loom)]
-pub(crate) use ::loom::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+pub(crate) use ::loom::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
 /// The internal lock: a spin lock whose unlock is a store (`spindle_park::spin`). The name
 /// stays: it is what the loom build swaps.
 #[cfg(not(loom))]
 pub(crate) use spindle_park::spin::{SpinGuard as StdMutexGuard, SpinLock as StdMutex};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
 /// Locks an internal lock. No internal critical section calls user code or blocks, so none
 /// can leave its data half-updated by a panic, and none makes a waiter wait long.
@@ -279,6 +279,7 @@ pub(crate) mod loom_park {
             condvar: Condvar::new(),
         });
         static CANCEL: Cell<bool> = Cell::new(false);
+        static RECYCLE: Cell<bool> = Cell::new(false);
     }
 
     /// The payload a "cancelled" park unwinds with (see [`cancel_next_park`]).
@@ -289,6 +290,19 @@ pub(crate) mod loom_park {
     /// coroutine's park does.
     pub fn cancel_next_park() {
         CANCEL.with(|c| c.set(true));
+    }
+
+    /// Makes the channels created next on this loom thread keep and reuse the packets of
+    /// finished blocking operations, as they always do outside loom. Off by default under
+    /// loom: the reuse multiplies the interleavings of every channel model (tenfold and
+    /// more), so only the models written for it turn it on.
+    pub fn recycle_packets(on: bool) {
+        RECYCLE.with(|c| c.set(on));
+    }
+
+    /// Whether a channel created now reuses packets (see [`recycle_packets`]).
+    pub(crate) fn recycling() -> bool {
+        RECYCLE.with(Cell::get)
     }
 
     /// Withdraws a [`cancel_next_park`] that no park consumed.

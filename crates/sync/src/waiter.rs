@@ -9,8 +9,9 @@
 //!
 //! ```text
 //! WAITING ──try_select(op)──────────────────────────▶ OP0 + op   (completed for the waiter)
-//!    │    ──try_claim()──▶ BUSY ──publish(op)────────▶ OP0 + op   (a value moved into/out of
-//!    │                                                            the waiter's slot between)
+//!    │    ──try_claim()──▶ BUSY ──complete(op)───────▶ OP0 + op   (a value moved into/out of
+//!    │                                                            the waiter's slot between;
+//!    │                                                            woken, then published)
 //!    └────try_abort()───▶ ABORTED                               (timed out / cancelled)
 //! ```
 //!
@@ -179,7 +180,7 @@ impl Waiter {
     }
 
     /// Claims the waiter to move a value into or out of its slot; must be followed by
-    /// [`publish`](Self::publish) without blocking in between.
+    /// [`complete`](Self::complete) without blocking in between.
     #[inline]
     pub(crate) fn try_claim(&self) -> bool {
         self.state
@@ -187,15 +188,50 @@ impl Waiter {
             .is_ok()
     }
 
-    /// Completes a claimed waiter with operation `op`: what was written to its slot before is
-    /// visible to it once it sees `op`. Records the completing thread.
+    /// Completes a claimed waiter with operation `op` and wakes it: what was written to its
+    /// slot before is visible to it once it sees `op`. Records the completing thread.
+    ///
+    /// The wake-up comes *before* the state is published, and nothing touches the record
+    /// after: a waiter that sees `op` may free or reuse its record at once, so a completer
+    /// need not hold a reference to it (a channel's queue entry points to its packet without
+    /// one: two atomic read-modify-writes fewer per blocked operation). A waiter woken
+    /// before the publication sees `BUSY` and waits out the few instructions left. A
+    /// future's waker is the exception: it is cloned out, the state published, and the clone
+    /// woken (a waker may poll the future at once, on this thread, which would wait for the
+    /// publication for ever).
     #[inline]
-    pub(crate) fn publish(&self, op: usize) {
+    pub(crate) fn complete(&self, op: usize) {
+        if self.sleep.load(Ordering::Relaxed) == SPINS
+            && self.sleep.swap(SKIPPED, Ordering::AcqRel) == SPINS
+        {
+            // Spinning on the state word: it sees the publication by itself.
+            self.publish(op);
+            return;
+        }
+        match &self.waker {
+            WakerSlot::Task(waker) => {
+                // SAFETY: claimed and not yet published: the owner is waiting (it cannot
+                // replace the waker, see `WakerSlot::Task`, nor free the record).
+                unsafe { (*waker.ptr_shared()).wake_by_ref() }
+                self.publish(op);
+            }
+            WakerSlot::Future(slot) => {
+                let waker = lock(slot).clone();
+                self.publish(op);
+                waker.wake();
+            }
+        }
+    }
+
+    /// The last touch of a claimed record: what was written before is visible to the waiter
+    /// once it sees `op`.
+    #[inline]
+    fn publish(&self, op: usize) {
         self.by.store(thread_token(), Ordering::Relaxed);
         self.state.store(OP0 + op, Ordering::Release);
     }
 
-    /// After completion by [`publish`](Self::publish): whether the completing party ran on
+    /// After [`complete`](Self::complete): whether the completing party ran on
     /// another OS thread than the one the waiter registered on.
     #[inline]
     pub(crate) fn completed_remotely(&self) -> bool {
@@ -218,8 +254,9 @@ impl Waiter {
         self.state.load(Ordering::Relaxed) == WAITING
     }
 
-    /// Wakes the waiting task; called once, by whoever completed the waiter
-    /// ([`try_select`](Self::try_select), [`publish`](Self::publish)), after that. Skipped
+    /// Wakes the waiting task; called once, by whoever completed the waiter with
+    /// [`try_select`](Self::try_select), after that (and while it still holds a reference to
+    /// the record: the owner may reuse it once completed). Skipped
     /// while the waiter spins (it sees the completion by itself): waking a running task costs
     /// a read-modify-write on its (remote) state and leaves a permit its next park must eat.
     #[inline]
@@ -248,9 +285,10 @@ impl Waiter {
     /// with operation `op`; else stores `cx`'s waker (the one the completer will wake) and
     /// returns `Pending`.
     ///
-    /// The state is read again after the waker is stored: a completer publishes the state
-    /// before it takes the waker, under the same lock, so a completion this second read misses
-    /// wakes the waker stored here. Never called on an aborted record (only the future's drop
+    /// The state is read again after the waker is stored: a completer moves the state out of
+    /// `WAITING` (`try_select`, or `try_claim` before [`complete`](Self::complete)) before it
+    /// takes the waker, under the same lock, so a completion this second read misses wakes the
+    /// waker stored here. Never called on an aborted record (only the future's drop
     /// aborts it); that reads as `Pending`.
     pub(crate) fn poll(&self, cx: &mut Context<'_>) -> Poll<usize> {
         if let Some(op) = self.completion() {

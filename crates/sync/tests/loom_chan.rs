@@ -10,6 +10,7 @@ mod loom_common;
 
 use loom::thread;
 use loom_common::{cancelled_at_park, later, model};
+use spindle_sync::__loom::recycle_packets;
 use spindle_sync::mpmc::{RecvError, RecvTimeoutError, SendError, TryRecvError, bounded};
 use spindle_sync::{Select, select};
 
@@ -98,6 +99,46 @@ fn two_receivers_each_get_one() {
         let mut got: Vec<_> = ts.into_iter().map(|t| t.join().unwrap()).collect();
         got.sort();
         assert_eq!(got, [1, 2]);
+    });
+}
+
+// With packet reuse on (as outside loom; see `__loom::recycle_packets`), each side's second
+// blocking operation reuses the packet of its first — rewriting its slot, its state and its
+// waker — while the peer that completed the first may still be touching it: a completer that
+// touched a packet after publishing its completion (say, waking after the publication, the
+// order that a reference-counted queue entry allowed) is a data race on the waker that loom
+// reports here.
+
+#[test]
+fn reused_packets_rendezvous_twice() {
+    model("reused_packets_rendezvous_twice", || {
+        recycle_packets(true);
+        let (s, r) = bounded::<i32>(0);
+        let t = thread::spawn(move || {
+            s.send(1).unwrap();
+            s.send(2).unwrap();
+        });
+        assert_eq!(r.recv(), Ok(1));
+        assert_eq!(r.recv(), Ok(2));
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn reused_packet_after_a_timed_out_receive() {
+    // The first receive may time out (aborted and unregistered) or be completed; either way
+    // the second reuses its packet.
+    model("reused_packet_after_a_timed_out_receive", || {
+        recycle_packets(true);
+        let (s, r) = bounded::<i32>(0);
+        let t = thread::spawn(move || s.send(1).unwrap());
+        let got = match r.recv_deadline(later()) {
+            Ok(v) => v,
+            Err(RecvTimeoutError::Timeout) => r.recv().unwrap(),
+            Err(RecvTimeoutError::Disconnected) => panic!("disconnected"),
+        };
+        assert_eq!(got, 1);
+        t.join().unwrap();
     });
 }
 

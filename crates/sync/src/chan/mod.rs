@@ -31,12 +31,14 @@ pub(crate) mod handles;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::AtomicPtr;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use crate::loom::{AtomicU8, AtomicUsize, DataCell, Ordering, StdMutex, StdMutexGuard, lock};
+use crate::loom::{
+    AtomicPtr, AtomicU8, AtomicUsize, DataCell, Ordering, StdMutex, StdMutexGuard, lock,
+};
 use crate::waiter::Waiter;
 use deque::SmallDeque;
 use error::{RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError};
@@ -85,10 +87,22 @@ pub(crate) struct Packet<T> {
 
 /// What a queue entry points to.
 enum Link<T> {
-    /// A plain `send` / `recv`.
-    Packet(Arc<Packet<T>>),
+    /// A plain `send` / `recv` (blocking or async): its packet, without a reference count.
+    /// The waiting operation owns the packet and keeps it (neither frees nor reuses it) until
+    /// it has seen its completion — which a completer publishes as its last touch of the
+    /// record ([`Waiter::complete`]) — or has aborted it and then removed the entry under the
+    /// channel lock. Meanwhile the entry is only read under that lock, or, once claimed, by
+    /// its claimer before it publishes. (An `Arc` here cost an increment and a decrement per
+    /// blocked operation.)
+    Packet(NonNull<Packet<T>>),
     /// An arm of a select: the select's waiter (shared by its arms) and the arm's slot.
     Select(Arc<Waiter>, Arc<Slot<T>>),
+}
+
+impl<T> Link<T> {
+    fn packet(packet: &Arc<Packet<T>>) -> Link<T> {
+        Link::Packet(NonNull::from(&**packet))
+    }
 }
 
 struct Entry<T> {
@@ -96,11 +110,17 @@ struct Entry<T> {
     op: usize,
 }
 
+// SAFETY: an entry gives access to a `Packet<T>` (a `Waiter`, which is `Sync`, and a `Slot<T>`,
+// `Sync` when `T: Send`) under the rules of `Link::Packet`, or holds `Arc`s to the same
+// (`Send` when `T: Send`). Moving it to another thread moves at most a `T` between threads.
+unsafe impl<T: Send> Send for Entry<T> {}
+
 impl<T> Entry<T> {
     #[inline]
     fn cx(&self) -> &Waiter {
         match &self.link {
-            Link::Packet(p) => &p.cx,
+            // SAFETY: the packet is alive while its entry is read (see `Link::Packet`).
+            Link::Packet(p) => unsafe { &p.as_ref().cx },
             Link::Select(cx, _) => cx,
         }
     }
@@ -108,7 +128,8 @@ impl<T> Entry<T> {
     #[inline]
     fn slot(&self) -> &Slot<T> {
         match &self.link {
-            Link::Packet(p) => &p.slot,
+            // SAFETY: as in `cx`.
+            Link::Packet(p) => unsafe { &p.as_ref().slot },
             Link::Select(_, slot) => slot,
         }
     }
@@ -147,11 +168,14 @@ pub struct Chan<T> {
     /// holds it, and its slot is empty; its waker is its last user's, kept for reuse. See
     /// [`Chan::packet`] and [`Chan::recycle`].
     spare: AtomicPtr<Packet<T>>,
+    /// Under loom, whether `spare` is used (see `__loom::recycle_packets`).
+    #[cfg(loom)]
+    recycles: bool,
 }
 
 impl<T> Drop for Chan<T> {
     fn drop(&mut self) {
-        let spare = *self.spare.get_mut();
+        let spare = self.spare.load(Ordering::Acquire);
         if !spare.is_null() {
             // SAFETY: a non-null spare owns one reference from `Arc::into_raw` (see the field).
             drop(unsafe { Arc::from_raw(spare) });
@@ -159,7 +183,7 @@ impl<T> Drop for Chan<T> {
     }
 }
 
-/// A waiter to wake after the lock is released.
+/// A claimed waiter to complete (wake, then publish) after the lock is released.
 pub(crate) struct AfterUnlock<T>(Option<Entry<T>>);
 
 impl<T> AfterUnlock<T> {
@@ -167,13 +191,14 @@ impl<T> AfterUnlock<T> {
         AfterUnlock(None)
     }
 
-    fn wake(entry: Entry<T>) -> Self {
+    /// `entry`'s waiter, claimed (`try_claim`), its slot filled or emptied.
+    fn complete(entry: Entry<T>) -> Self {
         AfterUnlock(Some(entry))
     }
 
     fn run(self) {
         if let Some(entry) = self.0 {
-            entry.cx().wake();
+            entry.cx().complete(entry.op);
         }
     }
 }
@@ -194,6 +219,8 @@ impl<T> Chan<T> {
             receivers: AtomicUsize::new(1),
             spin_score: AtomicU8::new(0),
             spare: AtomicPtr::new(std::ptr::null_mut()),
+            #[cfg(loom)]
+            recycles: crate::loom::loom_park::recycling(),
         })
     }
 
@@ -228,12 +255,15 @@ impl<T> Chan<T> {
     }
 
     /// Keeps the packet of a finished blocking operation (its slot emptied by the caller) as
-    /// the spare, if nobody else holds it any more. Not under loom: the packet's `Arc` is
-    /// `std`'s, whose counts loom cannot see, so it could not check the hand-over.
-    fn recycle(&self, mut packet: Arc<Packet<T>>) {
-        // The completer drops its queue entry (a reference) after it has woken us: while it
-        // holds it, it may still read the waker, so the packet is left to it.
-        if cfg!(loom) || !is_unshared(&mut packet) {
+    /// the spare, if there is none.
+    ///
+    /// The packet is unshared: queue entries hold no reference to it, and the operation is
+    /// over — completed (the completer's last touch, its publication, happens before the
+    /// caller's acquire read of the state) or aborted and unregistered (under the lock).
+    fn recycle(&self, packet: Arc<Packet<T>>) {
+        debug_assert_eq!(Arc::strong_count(&packet), 1, "a finished packet is shared");
+        #[cfg(loom)]
+        if !self.recycles {
             return;
         }
         // The waker stays: the next wait on this channel is usually the same task's, which
@@ -273,8 +303,7 @@ impl<T> Chan<T> {
             if entry.cx().try_claim() {
                 // SAFETY: we claimed the waiter: its slot is ours until we publish.
                 unsafe { entry.slot().put(msg) };
-                entry.cx().publish(entry.op);
-                return Ok(AfterUnlock::wake(entry));
+                return Ok(AfterUnlock::complete(entry));
             }
             // Completed elsewhere or aborted: its owner no longer needs the entry.
         }
@@ -299,8 +328,7 @@ impl<T> Chan<T> {
                     if let Some(m) = unsafe { entry.slot().take() } {
                         st.buf.push_back(m);
                     }
-                    entry.cx().publish(entry.op);
-                    after = AfterUnlock::wake(entry);
+                    after = AfterUnlock::complete(entry);
                     break;
                 }
             }
@@ -311,13 +339,12 @@ impl<T> Chan<T> {
             if entry.cx().try_claim() {
                 // SAFETY: claimed: the slot is ours until we publish.
                 let msg = unsafe { entry.slot().take() };
-                entry.cx().publish(entry.op);
                 if let Some(msg) = msg {
-                    return Ok((msg, AfterUnlock::wake(entry)));
+                    return Ok((msg, AfterUnlock::complete(entry)));
                 }
                 // Unreachable in practice (a registered sender's slot holds its message);
-                // wake it anyway and go on.
-                entry.cx().wake();
+                // complete it anyway and go on.
+                entry.cx().complete(entry.op);
             }
         }
         if st.tx_gone {
@@ -421,7 +448,7 @@ impl<T> Chan<T> {
         }
         let packet = self.packet(&mut st, Some(msg));
         st.senders.push_back(Entry {
-            link: Link::Packet(packet.clone()),
+            link: Link::packet(&packet),
             op: 0,
         });
         Err(packet)
@@ -498,7 +525,7 @@ impl<T> Chan<T> {
         }
         let packet = self.packet(&mut st, None);
         st.receivers.push_back(Entry {
-            link: Link::Packet(packet.clone()),
+            link: Link::packet(&packet),
             op: 0,
         });
         Err(packet)
@@ -567,7 +594,7 @@ impl<T> Chan<T> {
                     slot: Slot::new(Some(m)),
                 });
                 st.senders.push_back(Entry {
-                    link: Link::Packet(packet.clone()),
+                    link: Link::packet(&packet),
                     op: 0,
                 });
                 *pending = Some(packet);
@@ -606,7 +633,7 @@ impl<T> Chan<T> {
                     slot: Slot::new(None),
                 });
                 st.receivers.push_back(Entry {
-                    link: Link::Packet(packet.clone()),
+                    link: Link::packet(&packet),
                     op: 0,
                 });
                 *pending = Some(packet);
@@ -618,10 +645,18 @@ impl<T> Chan<T> {
     /// A pending send future is dropped: leave the queue (the message is dropped with the
     /// packet), unless it was completed meanwhile (delivered, or the receivers are gone).
     pub(crate) fn abandon_send(&self, pending: &mut Option<Arc<Packet<T>>>) {
-        if let Some(packet) = pending.take()
-            && packet.cx.try_abort()
-        {
-            self.unregister_send(&packet.cx);
+        if let Some(packet) = pending.take() {
+            self.abandon_send_packet(&packet.cx);
+        }
+    }
+
+    /// A waiting send gives up: leave the queue, or (completed meanwhile) wait until its
+    /// completer is done with the packet, which the caller frees next.
+    fn abandon_send_packet(&self, cx: &Waiter) {
+        if cx.try_abort() {
+            self.unregister_send(cx);
+        } else {
+            cx.completed_after_abort_failed();
         }
     }
 
@@ -721,8 +756,7 @@ impl<T> Chan<T> {
             if entry.cx().try_claim() {
                 // SAFETY: claimed: the slot is ours until we publish.
                 unsafe { entry.slot().put(msg.take().expect("once")) };
-                entry.cx().publish(entry.op);
-                after = AfterUnlock::wake(entry);
+                after = AfterUnlock::complete(entry);
                 break;
             }
         }
@@ -757,11 +791,11 @@ impl<T> Chan<T> {
             }
             st.receivers
                 .drain_all()
-                .filter(|e| e.cx().try_select(e.op))
+                .filter(|e| e.cx().try_claim())
                 .collect()
         };
         for entry in woken {
-            entry.cx().wake();
+            entry.cx().complete(entry.op);
         }
     }
 
@@ -780,12 +814,12 @@ impl<T> Chan<T> {
             let woken = st
                 .senders
                 .drain_all()
-                .filter(|e| e.cx().try_select(e.op))
+                .filter(|e| e.cx().try_claim())
                 .collect();
             (std::mem::take(&mut st.buf), woken)
         };
         for entry in woken {
-            entry.cx().wake();
+            entry.cx().complete(entry.op);
         }
         drop(buf);
     }
@@ -808,29 +842,6 @@ impl<T> Chan<T> {
 
     pub(crate) fn receivers_gone(&self) -> bool {
         self.lock().rx_gone
-    }
-}
-
-/// Whether `packet` is the only reference to its record, with every use by a former holder
-/// (a completer's last read of the waker) ordered before the caller's next access.
-#[inline]
-fn is_unshared<T>(packet: &mut Arc<Packet<T>>) -> bool {
-    #[cfg(not(spindle_tsan))]
-    {
-        if Arc::strong_count(packet) != 1 {
-            return false;
-        }
-        // The completer's drop (a release decrement) happens before what follows: its reads
-        // of the record are over. Packets have no weak references, so a count of one means
-        // no other reference can appear.
-        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
-        true
-    }
-    // ThreadSanitizer does not model fences: its build asks `Arc::get_mut`, whose acquire
-    // read-modify-write and load it does see (the same answer, one atomic operation dearer).
-    #[cfg(spindle_tsan)]
-    {
-        Arc::get_mut(packet).is_some()
     }
 }
 
@@ -858,9 +869,7 @@ struct AbandonSend<'a, T> {
 
 impl<T> Drop for AbandonSend<'_, T> {
     fn drop(&mut self) {
-        if self.cx.try_abort() {
-            self.chan.unregister_send(self.cx);
-        }
+        self.chan.abandon_send_packet(self.cx);
     }
 }
 
