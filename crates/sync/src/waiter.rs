@@ -12,6 +12,8 @@
 //!    │    ──try_claim()──▶ BUSY ──complete(op)───────▶ OP0 + op   (a value moved into/out of
 //!    │                                                            the waiter's slot between;
 //!    │                                                            woken, then published)
+//!    │    ──mark_claimed()▶ BUSY ──complete(op)──────▶ OP0 + op   (a channel packet popped
+//!    │                                                            from its one queue)
 //!    └────try_abort()───▶ ABORTED                               (timed out / cancelled)
 //! ```
 //!
@@ -188,6 +190,17 @@ impl Waiter {
             .is_ok()
     }
 
+    /// Marks a waiter as being completed where no other party can race for it — a channel's
+    /// packet popped from its queue under the channel's lock (its owner aborts only by
+    /// removing it from the queue under that lock) — so a plain store does what
+    /// [`try_claim`](Self::try_claim)'s compare-and-swap does. Must be followed by
+    /// [`complete`](Self::complete) without blocking in between. (`BUSY` tells a waiter woken
+    /// before the publication to wait for it rather than park again.)
+    #[inline]
+    pub(crate) fn mark_claimed(&self) {
+        self.state.store(BUSY, Ordering::Relaxed);
+    }
+
     /// Completes a claimed waiter with operation `op` and wakes it: what was written to its
     /// slot before is visible to it once it sees `op`. Records the completing thread.
     ///
@@ -316,7 +329,8 @@ impl Waiter {
         }
     }
 
-    /// The operation after a failed [`try_abort`](Self::try_abort): it has been completed (or
+    /// The operation after a failed [`try_abort`](Self::try_abort) (or a failed removal of a
+    /// [`mark_claimed`](Self::mark_claimed) waiter from its queue): it has been completed (or
     /// is being completed).
     pub(crate) fn completed_after_abort_failed(&self) -> usize {
         let mut round = 0;
@@ -339,6 +353,18 @@ impl Waiter {
     /// (or completed meanwhile): the caller's drop guard deals with it.
     #[inline]
     pub(crate) fn wait(&self, deadline: Option<Instant>) -> Option<usize> {
+        self.wait_or_abort(deadline, Self::try_abort)
+    }
+
+    /// As [`wait`](Self::wait), with the way to give up at the deadline: `abort` returns true
+    /// if the waiter is out of every completer's reach (aborted), false if a completer has it
+    /// (it then waits for the completion, without a deadline).
+    #[inline]
+    pub(crate) fn wait_or_abort(
+        &self,
+        mut deadline: Option<Instant>,
+        mut abort: impl FnMut(&Waiter) -> bool,
+    ) -> Option<usize> {
         loop {
             let state = self.state.load(Ordering::Acquire);
             match state {
@@ -349,9 +375,12 @@ impl Waiter {
             }
             match deadline {
                 None => park(),
-                Some(deadline) => {
-                    if park_until(deadline) == Wake::TimedOut && self.try_abort() {
-                        return None;
+                Some(d) => {
+                    if park_until(d) == Wake::TimedOut {
+                        if abort(self) {
+                            return None;
+                        }
+                        deadline = None;
                     }
                 }
             }

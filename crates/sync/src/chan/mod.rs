@@ -90,10 +90,11 @@ enum Link<T> {
     /// A plain `send` / `recv` (blocking or async): its packet, without a reference count.
     /// The waiting operation owns the packet and keeps it (neither frees nor reuses it) until
     /// it has seen its completion — which a completer publishes as its last touch of the
-    /// record ([`Waiter::complete`]) — or has aborted it and then removed the entry under the
-    /// channel lock. Meanwhile the entry is only read under that lock, or, once claimed, by
-    /// its claimer before it publishes. (An `Arc` here cost an increment and a decrement per
-    /// blocked operation.)
+    /// record ([`Waiter::complete`]) — or has removed the entry from its queue under the
+    /// channel lock (which is how it gives up: whoever takes the entry out of the queue
+    /// decides, so claiming one costs no compare-and-swap, see [`Entry::claim`]). Meanwhile the
+    /// entry is only read under that lock, or, once claimed, by its claimer before it
+    /// publishes. (An `Arc` here cost an increment and a decrement per blocked operation.)
     Packet(NonNull<Packet<T>>),
     /// An arm of a select: the select's waiter (shared by its arms) and the arm's slot.
     Select(Arc<Waiter>, Arc<Slot<T>>),
@@ -116,6 +117,22 @@ struct Entry<T> {
 unsafe impl<T: Send> Send for Entry<T> {}
 
 impl<T> Entry<T> {
+    /// Claims the entry's waiter (just popped from its queue, under the channel's lock) to
+    /// move a message into or out of its slot; false if it is no longer waiting (a select
+    /// completed or aborted elsewhere). A packet needs no compare-and-swap: it is in one
+    /// queue, and its owner gives up only by removing it from there under the same lock, so
+    /// popping it decided (see [`Waiter::mark_claimed`]).
+    #[inline]
+    fn claim(&self) -> bool {
+        match &self.link {
+            Link::Packet(_) => {
+                self.cx().mark_claimed();
+                true
+            }
+            Link::Select(cx, _) => cx.try_claim(),
+        }
+    }
+
     #[inline]
     fn cx(&self) -> &Waiter {
         match &self.link {
@@ -300,7 +317,7 @@ impl<T> Chan<T> {
             return Err(TrySendError::Disconnected(msg));
         }
         while let Some(entry) = st.receivers.pop_front() {
-            if entry.cx().try_claim() {
+            if entry.claim() {
                 // SAFETY: we claimed the waiter: its slot is ours until we publish.
                 unsafe { entry.slot().put(msg) };
                 return Ok(AfterUnlock::complete(entry));
@@ -323,7 +340,7 @@ impl<T> Chan<T> {
             let mut after = AfterUnlock::none();
             let room = self.cap.is_none_or(|cap| st.buf.len() < cap);
             while let Some(entry) = room.then(|| st.senders.pop_front()).flatten() {
-                if entry.cx().try_claim() {
+                if entry.claim() {
                     // SAFETY: claimed: the slot is ours until we publish.
                     if let Some(m) = unsafe { entry.slot().take() } {
                         st.buf.push_back(m);
@@ -336,7 +353,7 @@ impl<T> Chan<T> {
         }
         // Empty buffer: a rendezvous with a waiting sender (zero capacity).
         while let Some(entry) = st.senders.pop_front() {
-            if entry.cx().try_claim() {
+            if entry.claim() {
                 // SAFETY: claimed: the slot is ours until we publish.
                 let msg = unsafe { entry.slot().take() };
                 if let Some(msg) = msg {
@@ -419,7 +436,9 @@ impl<T> Chan<T> {
         };
         // (After the guard: the spin may park, and so unwind.)
         self.spin_before_park(&packet.cx);
-        let outcome = packet.cx.wait(deadline);
+        let outcome = packet
+            .cx
+            .wait_or_abort(deadline, |cx| self.unregister_send(cx));
         std::mem::forget(abandon);
         self.send_waited(packet, outcome)
     }
@@ -473,8 +492,7 @@ impl<T> Chan<T> {
                 }
             }
             None => {
-                self.unregister_send(&packet.cx);
-                // SAFETY: aborted and unregistered: nobody else touches the slot.
+                // SAFETY: unregistered (the abort): nobody else touches the slot.
                 let msg = unsafe { packet.slot.take() };
                 self.recycle(packet);
                 Err(SendTimeoutError::Timeout(
@@ -499,7 +517,9 @@ impl<T> Chan<T> {
         };
         // (After the guard: the spin may park, and so unwind.)
         self.spin_before_park(&packet.cx);
-        let outcome = packet.cx.wait(deadline);
+        let outcome = packet
+            .cx
+            .wait_or_abort(deadline, |cx| self.unregister_recv(cx));
         std::mem::forget(abandon);
         self.recv_waited(packet, outcome)
     }
@@ -546,7 +566,7 @@ impl<T> Chan<T> {
                 msg.ok_or(RecvTimeoutError::Disconnected)
             }
             None => {
-                self.unregister_recv(&packet.cx);
+                // (Unregistered: the abort.)
                 self.recycle(packet);
                 Err(RecvTimeoutError::Timeout)
             }
@@ -653,9 +673,7 @@ impl<T> Chan<T> {
     /// A waiting send gives up: leave the queue, or (completed meanwhile) wait until its
     /// completer is done with the packet, which the caller frees next.
     fn abandon_send_packet(&self, cx: &Waiter) {
-        if cx.try_abort() {
-            self.unregister_send(cx);
-        } else {
+        if !self.unregister_send(cx) {
             cx.completed_after_abort_failed();
         }
     }
@@ -671,9 +689,7 @@ impl<T> Chan<T> {
     /// A waiting receive gives up: leave the queue, or put back a message handed over just
     /// then.
     fn abandon_recv_packet(&self, cx: &Waiter, slot: &Slot<T>) {
-        if cx.try_abort() {
-            self.unregister_recv(cx);
-        } else {
+        if !self.unregister_recv(cx) {
             cx.completed_after_abort_failed();
             // SAFETY: completed: the slot is ours.
             if let Some(msg) = unsafe { slot.take() } {
@@ -720,16 +736,19 @@ impl<T> Chan<T> {
                 .any(|e| !std::ptr::eq(e.cx(), &**cx) && e.cx().is_waiting())
     }
 
-    pub(crate) fn unregister_recv(&self, cx: &Waiter) {
+    /// Removes `cx`'s waiting receive from the queue; false if it is not there (a completer
+    /// popped it). For a packet that decides its abort (see [`Entry::claim`]).
+    pub(crate) fn unregister_recv(&self, cx: &Waiter) -> bool {
         let removed = {
             let mut st = self.lock();
             let index = st.receivers.iter().position(|e| std::ptr::eq(e.cx(), cx));
             index.and_then(|i| st.receivers.remove(i))
         };
-        drop(removed);
+        removed.is_some()
     }
 
-    pub(crate) fn unregister_send(&self, cx: &Waiter) {
+    /// As [`unregister_recv`](Self::unregister_recv), for a waiting send.
+    pub(crate) fn unregister_send(&self, cx: &Waiter) -> bool {
         // Dropped after the unlock: a select arm's entry may hold the last reference to a slot
         // with a message in it.
         let removed = {
@@ -737,7 +756,7 @@ impl<T> Chan<T> {
             let index = st.senders.iter().position(|e| std::ptr::eq(e.cx(), cx));
             index.and_then(|i| st.senders.remove(i))
         };
-        drop(removed);
+        removed.is_some()
     }
 
     /// Puts back a message a receiver was handed but cannot take (its coroutine was cancelled
@@ -753,7 +772,7 @@ impl<T> Chan<T> {
         let mut msg = Some(msg);
         let mut after = AfterUnlock::none();
         while let Some(entry) = st.receivers.pop_front() {
-            if entry.cx().try_claim() {
+            if entry.claim() {
                 // SAFETY: claimed: the slot is ours until we publish.
                 unsafe { entry.slot().put(msg.take().expect("once")) };
                 after = AfterUnlock::complete(entry);
@@ -789,10 +808,7 @@ impl<T> Chan<T> {
             if st.receivers.is_empty() {
                 return; // the usual case: nobody waits (and no iterator, no vector)
             }
-            st.receivers
-                .drain_all()
-                .filter(|e| e.cx().try_claim())
-                .collect()
+            st.receivers.drain_all().filter(|e| e.claim()).collect()
         };
         for entry in woken {
             entry.cx().complete(entry.op);
@@ -811,11 +827,7 @@ impl<T> Chan<T> {
             if st.senders.is_empty() && st.buf.is_empty() {
                 return; // the usual case: nothing buffered, nobody waits
             }
-            let woken = st
-                .senders
-                .drain_all()
-                .filter(|e| e.cx().try_claim())
-                .collect();
+            let woken = st.senders.drain_all().filter(|e| e.claim()).collect();
             (std::mem::take(&mut st.buf), woken)
         };
         for entry in woken {
