@@ -9,9 +9,10 @@
 //! slot holds its message, a blocked receiver's slot receives one.
 //!
 //! Messages are **handed over** by the active party: a sender that finds a waiting receiver
-//! claims it (`try_claim`: one compare-and-swap on its waiter, so a `select` registered in
-//! several channels is completed at most once), writes the message into its slot, publishes
-//! and wakes it; the message never enters the buffer. A receiver that takes a message from a
+//! claims it (a plain send or receive: popping its entry under the lock decides; a `select`
+//! arm: one compare-and-swap on the select's waiter, so a `select` registered in several
+//! channels is completed at most once), writes the message into its slot, wakes it and then
+//! publishes (its last touch of the record); the message never enters the buffer. A receiver that takes a message from a
 //! full buffer moves the first waiting sender's message into the buffer (FIFO is kept); on a
 //! zero-capacity channel it takes it from the sender's slot directly (a rendezvous).
 //! Invariant: receivers wait only while the buffer is empty; senders only while it is full.
