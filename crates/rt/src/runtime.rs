@@ -579,6 +579,12 @@ impl Shared {
         match self.policy.push(here, task, reason) {
             Notify::None => {}
             Notify::Any => {
+                // On a runtime of one worker a push by that worker wakes nobody: the only
+                // worker is the caller, awake, and it looks at its queues before it sleeps.
+                // (Skips the idle protocol's StoreLoad fence on every spawn and wake-up there.)
+                if here.is_some() && self.workers() == 1 {
+                    return;
+                }
                 if let Some(w) = self.idle.notify_any() {
                     self.unpark(w);
                 }
