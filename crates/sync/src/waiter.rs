@@ -214,9 +214,7 @@ impl Waiter {
     /// publication for ever).
     #[inline]
     pub(crate) fn complete(&self, op: usize) {
-        if self.sleep.load(Ordering::Relaxed) == SPINS
-            && self.sleep.swap(SKIPPED, Ordering::AcqRel) == SPINS
-        {
+        if self.skip_spinning_waiter() {
             // Spinning on the state word: it sees the publication by itself.
             self.publish(op);
             return;
@@ -274,9 +272,7 @@ impl Waiter {
     /// a read-modify-write on its (remote) state and leaves a permit its next park must eat.
     #[inline]
     pub(crate) fn wake(&self) {
-        if self.sleep.load(Ordering::Relaxed) == SPINS
-            && self.sleep.swap(SKIPPED, Ordering::AcqRel) == SPINS
-        {
+        if self.skip_spinning_waiter() {
             return;
         }
         match &self.waker {
@@ -292,6 +288,14 @@ impl Waiter {
                 waker.wake();
             }
         }
+    }
+
+    /// Whether the waiter is spinning on its state word ([`spin`](Self::spin)) and needs no
+    /// wake-up: if so it is told so (`SKIPPED`), one swap against its own.
+    #[inline]
+    fn skip_spinning_waiter(&self) -> bool {
+        self.sleep.load(Ordering::Relaxed) == SPINS
+            && self.sleep.swap(SKIPPED, Ordering::AcqRel) == SPINS
     }
 
     /// An async record ([`new_async`](Self::new_async)): `Ready(op)` once it was completed

@@ -29,18 +29,21 @@ fn rendezvous_send_recv() {
     });
 }
 
+/// A thread sends 1 then 2 on a channel of capacity `cap`; this one receives them in order.
+fn two_sends_two_receives(cap: usize) {
+    let (s, r) = bounded::<i32>(cap);
+    let t = thread::spawn(move || {
+        s.send(1).unwrap();
+        s.send(2).unwrap(); // with capacity 1: waits while 1 is buffered
+    });
+    assert_eq!(r.recv(), Ok(1));
+    assert_eq!(r.recv(), Ok(2));
+    t.join().unwrap();
+}
+
 #[test]
 fn bounded_full_sender_waits() {
-    model("bounded_full_sender_waits", || {
-        let (s, r) = bounded::<i32>(1);
-        let t = thread::spawn(move || {
-            s.send(1).unwrap();
-            s.send(2).unwrap(); // waits while 1 is buffered
-        });
-        assert_eq!(r.recv(), Ok(1));
-        assert_eq!(r.recv(), Ok(2));
-        t.join().unwrap();
-    });
+    model("bounded_full_sender_waits", || two_sends_two_receives(1));
 }
 
 #[test]
@@ -113,14 +116,7 @@ fn two_receivers_each_get_one() {
 fn reused_packets_rendezvous_twice() {
     model("reused_packets_rendezvous_twice", || {
         recycle_packets(true);
-        let (s, r) = bounded::<i32>(0);
-        let t = thread::spawn(move || {
-            s.send(1).unwrap();
-            s.send(2).unwrap();
-        });
-        assert_eq!(r.recv(), Ok(1));
-        assert_eq!(r.recv(), Ok(2));
-        t.join().unwrap();
+        two_sends_two_receives(0);
     });
 }
 

@@ -12,9 +12,10 @@
 //! claims it (a plain send or receive: popping its entry under the lock decides; a `select`
 //! arm: one compare-and-swap on the select's waiter, so a `select` registered in several
 //! channels is completed at most once), writes the message into its slot, wakes it and then
-//! publishes (its last touch of the record); the message never enters the buffer. A receiver that takes a message from a
-//! full buffer moves the first waiting sender's message into the buffer (FIFO is kept); on a
-//! zero-capacity channel it takes it from the sender's slot directly (a rendezvous).
+//! publishes (its last touch of the record); the message never enters the buffer. A
+//! receiver that takes a message from a full buffer moves the first waiting sender's message
+//! into the buffer (FIFO is kept); on a zero-capacity channel it takes it from the sender's
+//! slot directly (a rendezvous).
 //! Invariant: receivers wait only while the buffer is empty; senders only while it is full.
 //!
 //! Only *passive* waiters (registered and parked, or about to park) are ever claimed; a party
@@ -209,7 +210,7 @@ impl<T> AfterUnlock<T> {
         AfterUnlock(None)
     }
 
-    /// `entry`'s waiter, claimed (`try_claim`), its slot filled or emptied.
+    /// `entry`'s waiter, claimed ([`Entry::claim`]), its slot filled or emptied.
     fn complete(entry: Entry<T>) -> Self {
         AfterUnlock(Some(entry))
     }
