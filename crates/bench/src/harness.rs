@@ -32,6 +32,8 @@ pub enum Unit {
     Bytes,
     CpuPct,
     CpuUsPerReq,
+    /// Events per request (e.g. a server's context switches).
+    PerReq,
     Qps,
 }
 
@@ -44,6 +46,7 @@ impl Unit {
             Unit::Bytes => "bytes",
             Unit::CpuPct => "cpu_pct",
             Unit::CpuUsPerReq => "cpu_us_per_req",
+            Unit::PerReq => "per_req",
             Unit::Qps => "qps",
         }
     }

@@ -22,6 +22,11 @@
 //! * `echo_1024_c<N>` (qps): unpaced, `N` connections, 1 KiB; `_p99` (us) from the same runs.
 //! * `..._client_idle` (cpu_pct): the client's time in `epoll_pwait2` / window in the same runs:
 //!   near 0 means the client, not the server, set the pace.
+//! * `echo_1024_r80k_server_switches` (per_req): the server's context switches (voluntary and
+//!   not, summed over its live threads from `/proc/PID/task/*/status`) per request in the
+//!   `echo_cpu_1024_r80k` runs: how often it went to sleep and was woken. It explains CPU
+//!   figures here: on this VM a thread's wake-up from an idle CPU is charged to it at several
+//!   µs (see the README's io section).
 //! * `http_hello_c50` (qps): `wrk -t1 -c50` against a minimal HTTP/1.1 server on Spindle and
 //!   hyper on tokio's current-thread runtime; `http_hello_c50_cpu` (cpu_us_per_req): the
 //!   server's CPU time over the `wrk` run / the requests `wrk` counted. Needs `wrk` (Debian
@@ -126,6 +131,7 @@ enum Metric {
     Qps,
     P99,
     ClientIdle,
+    ServerSwitches,
 }
 
 /// What one run of a scenario measured.
@@ -136,6 +142,8 @@ struct Outcome {
     server_cpu_s: f64,
     p99_us: Option<f64>,
     client_idle_pct: Option<f64>,
+    /// The server's context switches (all its live threads) per request in the window.
+    server_switches_per_req: Option<f64>,
 }
 
 impl Metric {
@@ -148,6 +156,9 @@ impl Metric {
             Metric::ClientIdle => o
                 .client_idle_pct
                 .ok_or_else(|| "this run measured no client idle share".into()),
+            Metric::ServerSwitches => o
+                .server_switches_per_req
+                .ok_or_else(|| "this run counted no context switches".into()),
         }
     }
 }
@@ -204,7 +215,7 @@ const fn row(
 }
 
 /// Every row, in table order. A scenario's first row runs it; see the module docs.
-const ROWS: [Row; 15] = [
+const ROWS: [Row; 16] = [
     Row {
         published: &[
             "issue 4, measured earlier on this machine (us/req): tokio-ct 8.65, may 8.51, \
@@ -224,6 +235,13 @@ const ROWS: [Row; 15] = [
         Unit::CpuPct,
         R80K_1024,
         Metric::ClientIdle,
+        true,
+    ),
+    row(
+        "echo_1024_r80k_server_switches",
+        Unit::PerReq,
+        R80K_1024,
+        Metric::ServerSwitches,
         true,
     ),
     row(
@@ -328,6 +346,7 @@ pub fn suite() -> Suite {
             bench::<12>(),
             bench::<13>(),
             bench::<14>(),
+            bench::<15>(),
         ],
     }
 }
@@ -564,6 +583,7 @@ fn run_scenario(bench: &str, scenario: Scenario, imp: &str, ctx: &Ctx) -> Result
     let _pin = sys::PinGuard::pin(client_cpu)?;
     let server = sys::Server::start(&scenario.server_kind(imp), server_cpu)?;
     let mut ticks = Vec::with_capacity(2);
+    let mut switches = Vec::with_capacity(2);
     let result = match scenario {
         Scenario::Echo { size, conns, rate } => {
             let (warmup, window) = if ctx.quick {
@@ -580,9 +600,10 @@ fn run_scenario(bench: &str, scenario: Scenario, imp: &str, ctx: &Ctx) -> Result
             };
             client::run(server.addr, &load, || {
                 ticks.push(sys::cpu_ticks(server_cpu)?);
+                switches.push(server.context_switches()?);
                 server.cpu_seconds()
             })
-            .map(|r| echo_outcome(bench, imp, rate, &r, &ticks))
+            .map(|r| echo_outcome(bench, imp, rate, &r, &ticks, &switches))
         }
         Scenario::Http { conns } => run_http(bench, imp, &server, server_cpu, conns, ctx),
     };
@@ -606,8 +627,15 @@ fn echo_outcome(
     rate: Option<u32>,
     r: &client::Report,
     ticks: &[(u64, u64)],
+    switches: &[u64],
 ) -> Outcome {
     let achieved = r.achieved_rate();
+    let switches_per_req = match switches {
+        [start, end, ..] if r.requests > 0 => {
+            Some(end.saturating_sub(*start) as f64 / r.requests as f64)
+        }
+        _ => None,
+    };
     let server_cpu_s = r.marks.1 - r.marks.0;
     let window_s = r.elapsed.as_secs_f64();
     let foreign = foreign_pct(ticks, server_cpu_s, window_s);
@@ -635,7 +663,8 @@ fn echo_outcome(
         note(&format!(
             "{bench} / {imp}: {} requests in {window_s:.3} s = {achieved:.0}/s, server CPU \
              {server_cpu_s:.3} s = {:.2} us/req, p50 {:.0} us, p99 {:.0} us, max {:.0} us, \
-             client idle {:.1} %, dropped {}, other work on the server's CPU {:.1} %",
+             client idle {:.1} %, dropped {}, other work on the server's CPU {:.1} %, server \
+             context switches {:.3}/req",
             r.requests,
             server_cpu_s * 1e6 / r.requests.max(1) as f64,
             r.latency.percentile(0.5) / 1e3,
@@ -643,7 +672,8 @@ fn echo_outcome(
             r.latency.percentile(1.0) / 1e3,
             r.idle_pct,
             r.missed,
-            foreign.unwrap_or(f64::NAN)
+            foreign.unwrap_or(f64::NAN),
+            switches_per_req.unwrap_or(f64::NAN)
         ));
     }
     Outcome {
@@ -652,6 +682,7 @@ fn echo_outcome(
         server_cpu_s,
         p99_us: Some(r.latency.percentile(0.99) / 1e3),
         client_idle_pct: Some(r.idle_pct),
+        server_switches_per_req: switches_per_req,
     }
 }
 
@@ -709,6 +740,7 @@ fn run_http(
         server_cpu_s,
         p99_us: r.p99_us,
         client_idle_pct: None,
+        server_switches_per_req: None,
     })
 }
 
@@ -755,11 +787,18 @@ mod tests {
             server_cpu_s: 0.01,
             p99_us: Some(42.0),
             client_idle_pct: None,
+            server_switches_per_req: None,
         };
         assert_eq!(Metric::CpuPerReq.value(&o).unwrap(), 10.0);
         assert_eq!(Metric::Qps.value(&o).unwrap(), 500.0);
         assert_eq!(Metric::P99.value(&o).unwrap(), 42.0);
         assert!(Metric::ClientIdle.value(&o).is_err());
+        assert!(Metric::ServerSwitches.value(&o).is_err());
+        let counted = Outcome {
+            server_switches_per_req: Some(0.25),
+            ..o
+        };
+        assert_eq!(Metric::ServerSwitches.value(&counted).unwrap(), 0.25);
         let none = Outcome { requests: 0, ..o };
         assert!(Metric::CpuPerReq.value(&none).is_err());
     }

@@ -211,6 +211,51 @@ pub fn parse_stat_ticks(stat: &str) -> Result<u64, String> {
     Ok(field(11, "utime")? + field(12, "stime")?)
 }
 
+/// `voluntary_ctxt_switches + nonvoluntary_ctxt_switches` from the text of
+/// `/proc/PID/task/TID/status`: how often that thread left its CPU (blocked, or preempted).
+pub fn parse_status_switches(status: &str) -> Result<u64, String> {
+    let mut total = 0;
+    let mut found = 0;
+    for line in status.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        if key == "voluntary_ctxt_switches" || key == "nonvoluntary_ctxt_switches" {
+            total += value
+                .trim()
+                .parse::<u64>()
+                .map_err(|e| format!("status {key}: {e}"))?;
+            found += 1;
+        }
+    }
+    if found == 2 {
+        Ok(total)
+    } else {
+        Err("status has no voluntary_ctxt_switches / nonvoluntary_ctxt_switches lines".into())
+    }
+}
+
+/// Context switches so far of every live thread of process `pid` (a thread that has exited
+/// takes its count with it: the echo servers keep theirs for the whole run).
+pub fn process_context_switches(pid: u32) -> Result<u64, String> {
+    let dir = format!("/proc/{pid}/task");
+    let tasks = std::fs::read_dir(&dir).map_err(|e| format!("cannot list {dir}: {e}"))?;
+    let mut total = 0;
+    for task in tasks {
+        let path = task
+            .map_err(|e| format!("cannot list {dir}: {e}"))?
+            .path()
+            .join("status");
+        match std::fs::read_to_string(&path) {
+            Ok(status) => total += parse_status_switches(&status)?,
+            // The thread exited between the listing and the read.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        }
+    }
+    Ok(total)
+}
+
 /// CPU seconds (user + system, all threads) used so far by process `pid`.
 pub fn process_cpu_seconds(pid: u32) -> Result<f64, String> {
     let path = format!("/proc/{pid}/stat");
@@ -306,6 +351,10 @@ impl Server {
 
     pub fn cpu_seconds(&self) -> Result<f64, String> {
         process_cpu_seconds(self.pid())
+    }
+
+    pub fn context_switches(&self) -> Result<u64, String> {
+        process_context_switches(self.pid())
     }
 
     /// Kills the server; returns what it wrote to stderr (normally nothing), so that the caller
@@ -481,6 +530,29 @@ mod tests {
                     5000 1000000 300 18446744073709551615";
         assert_eq!(parse_stat_ticks(stat).unwrap(), 267);
         assert!(parse_stat_ticks("1234 (x) S 1").is_err());
+    }
+
+    #[test]
+    fn status_switches_add_both_kinds() {
+        let status = "Name:\tx\nvoluntary_ctxt_switches:\t120\nnonvoluntary_ctxt_switches:\t7\n";
+        assert_eq!(parse_status_switches(status).unwrap(), 127);
+        assert!(parse_status_switches("Name:\tx\nvoluntary_ctxt_switches:\t1\n").is_err());
+        assert!(
+            parse_status_switches("voluntary_ctxt_switches: x\nnonvoluntary_ctxt_switches: 1")
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn a_sleeping_thread_counts_switches() {
+        let pid = std::process::id();
+        let before = process_context_switches(pid).unwrap();
+        // Each sleep blocks this thread: one voluntary switch at least.
+        for _ in 0..5 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let after = process_context_switches(pid).unwrap();
+        assert!(after >= before + 5, "{before} -> {after}");
     }
 
     #[test]
