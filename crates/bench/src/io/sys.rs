@@ -545,14 +545,24 @@ mod tests {
 
     #[test]
     fn a_sleeping_thread_counts_switches() {
-        let pid = std::process::id();
-        let before = process_context_switches(pid).unwrap();
+        // This thread's own count (other test threads of this process may exit meanwhile and
+        // take theirs out of the process's sum).
+        // SAFETY: `gettid` has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        let own = || {
+            let path = format!("/proc/self/task/{tid}/status");
+            parse_status_switches(&std::fs::read_to_string(path).unwrap()).unwrap()
+        };
+        let before = own();
         // Each sleep blocks this thread: one voluntary switch at least.
         for _ in 0..5 {
             std::thread::sleep(Duration::from_millis(1));
         }
-        let after = process_context_switches(pid).unwrap();
+        let after = own();
         assert!(after >= before + 5, "{before} -> {after}");
+        // The process's sum includes this thread's count, which only grows.
+        let all = process_context_switches(std::process::id()).unwrap();
+        assert!(all >= after, "{all} < {after}");
     }
 
     #[test]
