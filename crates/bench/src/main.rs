@@ -9,6 +9,8 @@
 //! spindle-bench serve <impl> [--cpu N]              (an `io` suite server; used for child runs)
 //! spindle-bench load <host:port> [--conns N] [--size S] [--rate R] [--secs T] [--pid P]
 //!                                                   (the `io` echo client, against any server)
+//! spindle-bench wakecost [--gaps US,US,...] [--wakes N]
+//!                                                   (the CPU time a wake-up costs the woken thread)
 //! ```
 //!
 //! Normally run through `cargo xtask bench <suite> ...`, which builds this binary in release,
@@ -41,6 +43,7 @@ usage:
   spindle-bench variants
   spindle-bench serve <impl> [--cpu N]
   spindle-bench load <host:port> [--conns N] [--size S] [--rate R] [--secs T] [--pid P]
+  spindle-bench wakecost [--gaps US,US,...] [--wakes N]
 
   --quick          15 ms per time sample and 3 rounds (default 100 ms and 9)
   --json PATH      write the results (value = median) as JSON
@@ -96,6 +99,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         "measure" => measure(&args[1..]),
         "serve" => io::serve_main(&args[1..]),
         "load" => io::load_main(&args[1..]),
+        "wakecost" => io::wakecost_main(&args[1..]),
         name => {
             let suites = suites();
             let Some(suite) = suites.iter().find(|s| s.name == name) else {

@@ -64,6 +64,7 @@ mod histogram;
 mod http;
 mod servers;
 mod sys;
+mod wakecost;
 
 use std::io::IsTerminal as _;
 use std::sync::Mutex;
@@ -72,6 +73,7 @@ use std::time::Duration;
 use crate::harness::{Bench, Ctx, Impl, MeasureFn, RunOptions, Suite, Unit};
 
 pub use servers::serve_main;
+pub use wakecost::main as wakecost_main;
 
 /// The suite's name.
 pub const NAME: &str = "io";
