@@ -15,8 +15,9 @@
 //! over those wake-ups, divided by their count: the read system calls and whatever the kernel
 //! charges the sleeper for going to sleep and waking up.
 
-use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::fs::File;
+use std::io::{self, Read as _, Write as _};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -68,55 +69,37 @@ pub fn measure(
     if wakes == 0 {
         return Err("wakecost: at least one wake-up".into());
     }
-    let fd = Arc::new(eventfd().map_err(|e| format!("eventfd: {e}"))?);
+    // Reads and writes of an eventfd move exactly 8 bytes (a count), never fewer.
+    let fd = Arc::new(File::from(eventfd().map_err(|e| format!("eventfd: {e}"))?));
     let waker_fd = fd.clone();
     let waker = std::thread::Builder::new()
         .name("wakecost-waker".into())
         .spawn(move || -> Result<(), String> {
             sys::pin_thread(waker_cpu)?;
-            let one: u64 = 1;
             for _ in 0..wakes {
                 let start = Instant::now();
                 while start.elapsed() < gap {
                     std::hint::spin_loop();
                 }
-                // SAFETY: writes 8 bytes from a live u64 to our eventfd.
-                let n = unsafe {
-                    libc::write(
-                        waker_fd.as_raw_fd(),
-                        (&raw const one).cast(),
-                        std::mem::size_of::<u64>(),
-                    )
-                };
-                if n != 8 {
-                    return Err(format!("eventfd write: {}", io::Error::last_os_error()));
-                }
+                (&*waker_fd)
+                    .write_all(&1u64.to_ne_bytes())
+                    .map_err(|e| format!("eventfd write: {e}"))?;
             }
             Ok(())
         })
         .map_err(|e| format!("cannot start the waker thread: {e}"))?;
     let sleeper = (|| -> Result<WakeCost, String> {
-        sys::pin_thread(sleeper_cpu)?;
+        // The calling thread sleeps; its affinity is restored afterwards.
+        let _pin = sys::PinGuard::pin(sleeper_cpu)?;
         let before = thread_cpu_time().map_err(|e| e.to_string())?;
         let mut got = 0;
         let mut merged = 0;
         while got < wakes {
-            let mut count: u64 = 0;
-            // SAFETY: reads 8 bytes into a live u64 from our eventfd.
-            let n = unsafe {
-                libc::read(
-                    fd.as_raw_fd(),
-                    (&raw mut count).cast(),
-                    std::mem::size_of::<u64>(),
-                )
-            };
-            if n != 8 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(format!("eventfd read: {e}"));
-            }
+            let mut count = [0u8; 8];
+            (&*fd)
+                .read_exact(&mut count)
+                .map_err(|e| format!("eventfd read: {e}"))?;
+            let count = u64::from_ne_bytes(count);
             if count > 1 {
                 merged += 1;
             }
