@@ -27,66 +27,123 @@
 
 use std::fmt;
 use std::future::{Future, IntoFuture};
+use std::marker::PhantomData;
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::pin::Pin;
+use std::ptr::NonNull;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::chan::deque::SmallDeque;
 pub use crate::chan::error::{RecvError, RecvTimeoutError, SendError, TryRecvError};
-use crate::loom::{StdMutex, Wake, lock, park, park_until, waker};
+use crate::loom::{AtomicUsize, DataCell, Ordering, Wake, park, park_until, spin_wait, waker};
 use crate::select::sealed::{Arm, RecvArmSource};
 use crate::waiter::{Waiter, deadline_after};
 
 // Design. A oneshot is not a channel with a one-message buffer: one allocation holds the
-// message, two flags and the list of whoever waits for the message, behind the crate's internal
-// lock. A waiting receiver leaves its waker (a select: its waiter record and arm number) in the
-// list and parks; the send (or the sender's drop) takes the whole list and wakes everyone, who
-// look again. So a blocking receive costs no allocation of its own (the channels' waiting
-// operations allocate a record each), and the message never moves but once, out of the
-// channel. Waiting is "register under the lock, release it, park", race-free by
-// `spindle_park`'s permit; the receive loops on its condition, so callers never see a
-// spurious wake-up.
+// message, one atomic state word and the list of whoever waits for the message; the two
+// handles own the allocation together (two bits of the state, no reference count), and the
+// last one to go frees it.
+//
+// The state word says where the message is (sent, taken), which side is gone, and whether
+// anybody waits; it is also the waiting list's lock (`LOCKED`). Every change of the state is a
+// compare-and-swap from a value without `LOCKED`, so whoever holds the lock is the only one
+// changing the state and releases it with a plain store of the next state; the others wait for
+// the few stores of the list's critical section (`spin_wait`). So the common paths are one
+// atomic operation each: a send that nobody waits for, taking a message that is there, each
+// handle's drop. A receive that has to wait locks the state, adds its waker to the list, and
+// sets `WAITERS` in the unlocking store; a send that sees `WAITERS` takes the lock with the
+// same compare-and-swap that publishes the message, takes the whole list, and unlocks with
+// `WAITERS` clear before it wakes anyone.
+//
+// Once the outcome (the message, or the sender's end) is published and the state is unlocked,
+// the list is empty for good: the sender emptied it, or nobody had registered — and nobody
+// registers after the outcome (registering needs the lock and no outcome). A receive that sees
+// the outcome therefore never has a registration left to remove, and one that sees none after
+// a wake-up (a spurious one) is still registered. Waiting is "register, unlock, park",
+// race-free by `spindle_park`'s permit; receives loop on their condition, so callers never see
+// a spurious wake-up.
+//
+// A previous design kept the message and flags behind a spin lock in an `Arc`: 13 atomic
+// read-modify-writes per ping-and-pong pair of oneshots (`ping_pong` bench), 7 here.
+
+/// The waiting list is being changed; only its holder changes the state (see above).
+const LOCKED: usize = 1;
+/// The message is in the cell (until taken: `TAKEN`).
+const SENT: usize = 1 << 1;
+/// The sender sent, or was dropped without sending.
+const TX_CLOSED: usize = 1 << 2;
+/// A receive took the message out of the cell.
+const TAKEN: usize = 1 << 3;
+/// The receiver was dropped.
+const RX_CLOSED: usize = 1 << 4;
+/// The waiting list is not empty.
+const WAITERS: usize = 1 << 5;
+/// The `Sender` still refers to the allocation.
+const TX_ALIVE: usize = 1 << 6;
+/// The `Receiver` still refers to the allocation.
+const RX_ALIVE: usize = 1 << 7;
 
 /// A one-shot channel.
 pub fn channel<T>() -> (Sender<T>, Receiver<T>) {
-    let inner = Arc::new(Inner {
-        state: StdMutex::new(State {
-            msg: None,
-            sender_gone: false,
-            receiver_gone: false,
+    let inner = Box::new(Inner {
+        state: AtomicUsize::new(TX_ALIVE | RX_ALIVE),
+        msg: DataCell::new(MaybeUninit::uninit()),
+        list: DataCell::new(WaitList {
             waiting: SmallDeque::new(),
             next_token: 0,
         }),
     });
+    let inner = NonNull::from(Box::leak(inner));
     (
         Sender {
-            inner: Some(inner.clone()),
+            inner,
+            _msg: PhantomData,
         },
-        Receiver { inner },
+        Receiver {
+            inner,
+            _msg: PhantomData,
+        },
     )
 }
 
 /// The sending side of a one-shot channel.
 pub struct Sender<T> {
-    /// `None` once sent (the send consumed it; its drop then has nothing to do).
-    inner: Option<Arc<Inner<T>>>,
+    /// Alive while this sender is (`TX_ALIVE`).
+    inner: NonNull<Inner<T>>,
+    _msg: PhantomData<T>,
 }
 
 /// The receiving side of a one-shot channel.
 pub struct Receiver<T> {
-    inner: Arc<Inner<T>>,
+    /// Alive while this receiver is (`RX_ALIVE`).
+    inner: NonNull<Inner<T>>,
+    _msg: PhantomData<T>,
 }
+
+// SAFETY: a sender moves its `T` into the channel, possibly read on the receiver's thread:
+// `T: Send` suffices. Shared, a sender only reads the state word (`is_closed`).
+unsafe impl<T: Send> Send for Sender<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for Sender<T> {}
+// SAFETY: a receiver moves the `T` out of the channel to its thread, or drops it there:
+// `T: Send`. Shared, any number of receives race for the message through the state word's
+// compare-and-swap, and exactly one takes it; the waiting list is only reached under the lock.
+unsafe impl<T: Send> Send for Receiver<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for Receiver<T> {}
 
 struct Inner<T> {
-    state: StdMutex<State<T>>,
+    state: AtomicUsize,
+    /// Written once by the sender before it publishes `SENT`; read once by the receive that
+    /// sets `TAKEN`, or dropped with the allocation if nobody took it.
+    msg: DataCell<MaybeUninit<T>>,
+    /// Only reached while holding `LOCKED`.
+    list: DataCell<WaitList>,
 }
 
-struct State<T> {
-    msg: Option<T>,
-    /// The sender sent, or was dropped.
-    sender_gone: bool,
-    receiver_gone: bool,
+struct WaitList {
     /// Who waits for the message (usually nobody, or one receiver).
     waiting: SmallDeque<Waiting>,
     /// Tells registrations apart, so that a receive removes its own.
@@ -98,36 +155,6 @@ enum Waiting {
     Task { token: u64, waker: Waker },
     /// A select arm: completed with operation `op`, then woken.
     Select { cx: Arc<Waiter>, op: usize },
-}
-
-impl<T> State<T> {
-    fn register(&mut self, waker: Waker) -> u64 {
-        let token = self.next_token;
-        self.next_token += 1;
-        self.waiting.push_back(Waiting::Task { token, waker });
-        token
-    }
-
-    fn position(&self, token: u64) -> Option<usize> {
-        self.waiting
-            .iter()
-            .position(|w| matches!(w, Waiting::Task { token: t, .. } if *t == token))
-    }
-
-    /// Removes registration `token` if it is still there (a send takes them all).
-    fn deregister(&mut self, token: u64) -> Option<Waiting> {
-        let index = self.position(token)?;
-        self.waiting.remove(index)
-    }
-
-    /// The message, or why there is none (`None`: not yet).
-    fn take(&mut self) -> Option<Result<T, RecvError>> {
-        match self.msg.take() {
-            Some(msg) => Some(Ok(msg)),
-            None if self.sender_gone => Some(Err(RecvError)),
-            None => None,
-        }
-    }
 }
 
 /// Wakes everyone who waited (after the lock is released: a woken thread takes it at once).
@@ -156,29 +183,199 @@ fn wake_one(w: Waiting) {
     }
 }
 
+/// Frees the channel's allocation (dropping a message nobody took).
+///
+/// # Safety
+///
+/// `inner` came from [`channel`], and the caller was the last of the two handles: the other
+/// has already given up its bit (`TX_ALIVE`/`RX_ALIVE`), which the caller saw clear with an
+/// acquire load or read-modify-write, so nothing else reaches the allocation now or later.
+unsafe fn free<T>(inner: NonNull<Inner<T>>) {
+    // SAFETY: made by `Box::leak` in `channel`; exclusively ours (the contract).
+    drop(unsafe { Box::from_raw(inner.as_ptr()) });
+}
+
+impl<T> Drop for Inner<T> {
+    fn drop(&mut self) {
+        let s = self.state.load(Ordering::Acquire);
+        if s & SENT != 0 && s & TAKEN == 0 {
+            // SAFETY: the sender wrote the message before publishing `SENT`, and no receive
+            // took it (`TAKEN` clear); `&mut self` is exclusive.
+            unsafe { self.msg.get_mut().assume_init_drop() };
+        }
+    }
+}
+
 impl<T> Inner<T> {
-    /// The sender is gone (sent, or dropped): wake whoever waits.
-    fn sender_done(&self, msg: Option<T>) -> Result<(), SendError<T>> {
-        let (result, waiting) = {
-            let mut st = lock(&self.state);
-            st.sender_gone = true;
-            match msg {
-                Some(msg) if st.receiver_gone => (Err(SendError(msg)), SmallDeque::new()),
-                msg => {
-                    st.msg = msg;
-                    (Ok(()), std::mem::take(&mut st.waiting))
-                }
-            }
-        };
-        wake_all(waiting);
-        result
+    /// `s`, or the state once the lock's holder released it (only the holder changes the
+    /// state: the others wait for its few stores).
+    #[inline]
+    fn unlocked(&self, mut s: usize) -> usize {
+        let mut round = 0;
+        while s & LOCKED != 0 {
+            spin_wait(&mut round);
+            s = self.state.load(Ordering::Acquire);
+        }
+        s
     }
 
-    fn try_recv(&self) -> Result<T, TryRecvError> {
-        match lock(&self.state).take() {
-            Some(Ok(msg)) => Ok(msg),
-            Some(Err(RecvError)) => Err(TryRecvError::Disconnected),
-            None => Err(TryRecvError::Empty),
+    /// Changes the state from `current` (unlocked) to `new`; else the state found.
+    #[inline]
+    fn cas(&self, current: usize, new: usize) -> Result<usize, usize> {
+        self.state
+            .compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire)
+    }
+
+    /// The message if it is there (taking it); an error if there never will be one (the
+    /// sender was dropped, or a receive took the message); `None`: not yet.
+    fn try_take(&self) -> Option<Result<T, RecvError>> {
+        let mut s = self.state.load(Ordering::Acquire);
+        loop {
+            s = self.unlocked(s);
+            if s & TAKEN != 0 || (s & SENT == 0 && s & TX_CLOSED != 0) {
+                return Some(Err(RecvError));
+            }
+            if s & SENT == 0 {
+                return None;
+            }
+            match self.cas(s, s | TAKEN) {
+                Ok(_) => {
+                    // SAFETY: `SENT` (acquired) says the sender wrote the message, and our
+                    // compare-and-swap set `TAKEN`: no other receive reads it, and the
+                    // allocation's drop will not drop it.
+                    let msg = unsafe { self.msg.ptr_shared().read().assume_init() };
+                    return Some(Ok(msg));
+                }
+                Err(actual) => s = actual,
+            }
+        }
+    }
+
+    /// Takes the lock unless the outcome (the message or the sender's end) is published;
+    /// returns the state it locked (without `LOCKED`), or `None` (then the list is empty and
+    /// stays so: see the design notes).
+    fn lock_unless_done(&self) -> Option<usize> {
+        let mut s = self.state.load(Ordering::Acquire);
+        loop {
+            s = self.unlocked(s);
+            if s & (SENT | TX_CLOSED) != 0 {
+                return None;
+            }
+            match self.cas(s, s | LOCKED) {
+                Ok(_) => return Some(s),
+                Err(actual) => s = actual,
+            }
+        }
+    }
+
+    /// The waiting list; the caller holds the lock.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds `LOCKED` (won by its compare-and-swap) until it is done with the
+    /// reference, and makes no other reference to the list meanwhile.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn list(&self) -> &mut WaitList {
+        // SAFETY: the lock makes the caller the only one reaching the list (the contract).
+        unsafe { &mut *self.list.ptr() }
+    }
+
+    /// Adds `make(token)` to the waiting list and returns its token, unless the outcome is
+    /// published (`None`: look again).
+    fn register(&self, make: impl FnOnce(u64) -> Waiting) -> Option<u64> {
+        let s = self.lock_unless_done()?;
+        // SAFETY: `lock_unless_done` took the lock; the store below releases it.
+        let list = unsafe { self.list() };
+        let token = list.next_token;
+        list.next_token += 1;
+        list.waiting.push_back(make(token));
+        self.state.store(s | WAITERS, Ordering::Release);
+        Some(token)
+    }
+
+    /// Removes the registration `pick` chooses, unless the sender took the whole list
+    /// already; returns it, for the caller to drop (outside the lock).
+    fn deregister(&self, pick: impl Fn(&Waiting) -> bool) -> Option<Waiting> {
+        let s = self.lock_unless_done()?;
+        // SAFETY: as in `register`.
+        let list = unsafe { self.list() };
+        let index = list.waiting.iter().position(pick);
+        let removed = index.and_then(|i| list.waiting.remove(i));
+        let next = if list.waiting.is_empty() {
+            s & !WAITERS
+        } else {
+            s
+        };
+        self.state.store(next, Ordering::Release);
+        removed
+    }
+
+    /// Refreshes the waker of registration `token` (a future polled again with another
+    /// waker); `false` if the outcome is published (the list is gone: look again).
+    fn refresh(&self, token: u64, new: &Waker) -> bool {
+        let Some(s) = self.lock_unless_done() else {
+            return false;
+        };
+        // SAFETY: as in `register`.
+        let list = unsafe { self.list() };
+        let index = list
+            .waiting
+            .iter()
+            .position(|w| matches!(w, Waiting::Task { token: t, .. } if *t == token));
+        let mut old = None;
+        match index.and_then(|i| list.waiting.get_mut(i)) {
+            Some(Waiting::Task { waker, .. }) => {
+                if !waker.will_wake(new) {
+                    old = Some(std::mem::replace(waker, new.clone()));
+                }
+            }
+            // Not there (it cannot be gone without an outcome; this keeps the future waking
+            // even so).
+            _ => list.waiting.push_back(Waiting::Task {
+                token,
+                waker: new.clone(),
+            }),
+        }
+        self.state.store(s | WAITERS, Ordering::Release);
+        drop(old);
+        true
+    }
+
+    /// The sender is done: it sent (`sent`: the message is in the cell) or is dropped.
+    /// Publishes that, wakes whoever waits and gives up the sender's share of the allocation.
+    /// `Err` if the receiver is gone: then nothing was published, and the caller, the last
+    /// owner, takes the message back and frees the allocation.
+    fn close_tx(&self, sent: bool) -> Result<(), ()> {
+        let done = if sent { SENT | TX_CLOSED } else { TX_CLOSED };
+        let mut s = self.state.load(Ordering::Acquire);
+        loop {
+            s = self.unlocked(s);
+            if s & RX_CLOSED != 0 {
+                return Err(());
+            }
+            if s & WAITERS == 0 {
+                // Nobody waits: publish and leave in one step (the receiver, still there,
+                // frees the allocation).
+                match self.cas(s, (s | done) & !TX_ALIVE) {
+                    Ok(_) => return Ok(()),
+                    Err(actual) => s = actual,
+                }
+                continue;
+            }
+            // Somebody waits: publish and take the lock in one step, take the list, and
+            // unlock, leaving, with `WAITERS` clear.
+            match self.cas(s, s | done | LOCKED) {
+                Ok(_) => {
+                    // SAFETY: our compare-and-swap took the lock; the store releases it.
+                    let waiting = std::mem::take(&mut unsafe { self.list() }.waiting);
+                    self.state
+                        .store((s | done) & !(WAITERS | TX_ALIVE), Ordering::Release);
+                    // From here the receiver may free the allocation: only the list we took.
+                    wake_all(waiting);
+                    return Ok(());
+                }
+                Err(actual) => s = actual,
+            }
         }
     }
 
@@ -186,7 +383,8 @@ impl<T> Inner<T> {
     /// `recv_until`: the park's switch then sits one frame below the caller.
     #[inline(always)]
     fn recv_until(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
-        // Removes the registration if the park unwinds (a cancelled coroutine).
+        // Removes the registration if the park unwinds (a cancelled coroutine) or the receive
+        // times out.
         let mut registration = Registration {
             inner: self,
             token: None,
@@ -205,36 +403,39 @@ impl<T> Inner<T> {
         }
     }
 
-    /// One look of `recv_until`: the outcome if there is one (deregistering), else registers
-    /// (once; `token`) and returns `None` for the caller to park.
+    /// One look of `recv_until`: the outcome if there is one, else registers (once; `token`)
+    /// and returns `None` for the caller to park.
     fn recv_step(
         &self,
         token: &mut Option<u64>,
         deadline: Option<Instant>,
         timed_out: bool,
     ) -> Option<Result<T, RecvTimeoutError>> {
-        let mut st = lock(&self.state);
-        let outcome = match st.take() {
-            Some(Ok(msg)) => Some(Ok(msg)),
-            Some(Err(RecvError)) => Some(Err(RecvTimeoutError::Disconnected)),
-            None if timed_out || deadline.is_some_and(|d| Instant::now() >= d) => {
-                Some(Err(RecvTimeoutError::Timeout))
+        loop {
+            if let Some(outcome) = self.try_take() {
+                // The outcome is published: the sender took the list, with our registration.
+                *token = None;
+                return Some(outcome.map_err(|RecvError| RecvTimeoutError::Disconnected));
             }
-            None => None,
-        };
-        if let Some(outcome) = outcome {
-            if let Some(token) = token.take() {
-                let stale = st.deregister(token);
-                drop(st);
-                drop(stale);
+            if timed_out || deadline.is_some_and(|d| Instant::now() >= d) {
+                // (The registration, if any, is removed by the caller's guard.)
+                return Some(Err(RecvTimeoutError::Timeout));
             }
-            return Some(outcome);
+            if token.is_some() {
+                // Still registered (no outcome): a spurious wake-up.
+                return None;
+            }
+            match self.register(|t| Waiting::Task {
+                token: t,
+                waker: waker(),
+            }) {
+                Some(t) => {
+                    *token = Some(t);
+                    return None;
+                }
+                None => continue, // the outcome came meanwhile: take it
+            }
         }
-        match *token {
-            Some(t) if st.position(t).is_some() => {} // a spurious wake-up
-            _ => *token = Some(st.register(waker())),
-        }
-        None
     }
 
     /// A receive future's step (`token`: its registration while it waits).
@@ -243,34 +444,40 @@ impl<T> Inner<T> {
         token: &mut Option<u64>,
         cx: &mut Context<'_>,
     ) -> Poll<Result<T, RecvError>> {
-        let mut st = lock(&self.state);
-        if let Some(outcome) = st.take() {
-            let stale = token.take().and_then(|t| st.deregister(t));
-            drop(st);
-            drop(stale);
-            return Poll::Ready(outcome);
-        }
-        let index = token.and_then(|t| st.position(t));
-        match index.and_then(|i| st.waiting.get_mut(i)) {
-            Some(Waiting::Task { waker, .. }) => {
-                if !waker.will_wake(cx.waker()) {
-                    *waker = cx.waker().clone();
-                }
+        loop {
+            if let Some(outcome) = self.try_take() {
+                *token = None;
+                return Poll::Ready(outcome);
             }
-            _ => *token = Some(st.register(cx.waker().clone())),
+            let registered = match *token {
+                Some(t) => self.refresh(t, cx.waker()),
+                None => match self.register(|t| Waiting::Task {
+                    token: t,
+                    waker: cx.waker().clone(),
+                }) {
+                    Some(t) => {
+                        *token = Some(t);
+                        true
+                    }
+                    None => false,
+                },
+            };
+            if registered {
+                return Poll::Pending;
+            }
         }
-        Poll::Pending
     }
 
     fn abandon(&self, token: &mut Option<u64>) {
         if let Some(t) = token.take() {
-            let stale = lock(&self.state).deregister(t);
+            let stale =
+                self.deregister(|w| matches!(w, Waiting::Task { token, .. } if *token == t));
             drop(stale);
         }
     }
 }
 
-/// A blocking receive's registration, removed if the receive unwinds.
+/// A blocking receive's registration, removed if the receive unwinds or times out.
 struct Registration<'a, T> {
     inner: &'a Inner<T>,
     token: Option<u64>,
@@ -283,35 +490,66 @@ impl<T> Drop for Registration<'_, T> {
 }
 
 impl<T> Sender<T> {
+    fn inner(&self) -> &Inner<T> {
+        // SAFETY: the allocation lives while this sender does (`TX_ALIVE`, given up only by
+        // `send` and `drop`, which consume it).
+        unsafe { self.inner.as_ref() }
+    }
+
     /// Sends the message (never blocks). Fails (giving the message back) if the receiver is
     /// gone.
-    pub fn send(mut self, msg: T) -> Result<(), SendError<T>> {
-        match self.inner.take() {
-            Some(inner) => inner.sender_done(Some(msg)),
-            None => Err(SendError(msg)), // (not reached: `send` consumes the sender)
+    pub fn send(self, msg: T) -> Result<(), SendError<T>> {
+        // Gives up the sender's share here, not in `Drop`.
+        let this = ManuallyDrop::new(self);
+        let ptr = this.inner;
+        let inner = this.inner();
+        if inner.state.load(Ordering::Acquire) & RX_CLOSED != 0 {
+            // SAFETY: the receiver is gone (its bit is clear, seen with acquire), and this
+            // sender is the other owner.
+            unsafe { free(ptr) };
+            return Err(SendError(msg));
+        }
+        // SAFETY: only the sender writes the cell, once, before publishing `SENT`; no
+        // receive reads it before it sees `SENT`.
+        unsafe { inner.msg.ptr().write(MaybeUninit::new(msg)) };
+        match inner.close_tx(true) {
+            Ok(()) => Ok(()),
+            Err(()) => {
+                // SAFETY: written just above and never published (`SENT` is clear), so it is
+                // still ours.
+                let msg = unsafe { inner.msg.ptr_shared().read().assume_init() };
+                // SAFETY: the receiver is gone (seen by `close_tx`); we are the last owner.
+                unsafe { free(ptr) };
+                Err(SendError(msg))
+            }
         }
     }
 
     /// Whether the receiver is gone.
     pub fn is_closed(&self) -> bool {
-        self.inner
-            .as_ref()
-            .is_none_or(|inner| lock(&inner.state).receiver_gone)
+        self.inner().state.load(Ordering::Acquire) & RX_CLOSED != 0
     }
 }
 
 impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
-        if let Some(inner) = self.inner.take() {
-            let _ = inner.sender_done(None);
+        if self.inner().close_tx(false).is_err() {
+            // SAFETY: the receiver is gone (seen by `close_tx`); we are the last owner.
+            unsafe { free(self.inner) };
         }
     }
 }
 
 impl<T> Receiver<T> {
+    fn inner(&self) -> &Inner<T> {
+        // SAFETY: the allocation lives while this receiver does (`RX_ALIVE`, given up only
+        // by its `drop`).
+        unsafe { self.inner.as_ref() }
+    }
+
     /// Waits for the message.
     pub fn recv(&self) -> Result<T, RecvError> {
-        self.inner.recv_until(None).map_err(|_| RecvError)
+        self.inner().recv_until(None).map_err(|_| RecvError)
     }
 
     /// Waits for the message, as a future: [`recv`](Self::recv) for async code, woken
@@ -324,37 +562,51 @@ impl<T> Receiver<T> {
     /// ```
     pub fn recv_async(&self) -> RecvFuture<'_, T> {
         RecvFuture {
-            inner: &self.inner,
+            inner: self.inner(),
             token: None,
         }
     }
 
     /// The message, if it is there.
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
-        self.inner.try_recv()
+        match self.inner().try_take() {
+            Some(Ok(msg)) => Ok(msg),
+            Some(Err(RecvError)) => Err(TryRecvError::Disconnected),
+            None => Err(TryRecvError::Empty),
+        }
     }
 
     /// Waits for the message at most `timeout`.
     pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
-        self.inner.recv_until(deadline_after(timeout))
+        self.inner().recv_until(deadline_after(timeout))
     }
 
     /// Waits for the message until `deadline` at most.
     pub fn recv_deadline(&self, deadline: Instant) -> Result<T, RecvTimeoutError> {
-        self.inner.recv_until(Some(deadline))
+        self.inner().recv_until(Some(deadline))
     }
 }
 
 impl<T> Drop for Receiver<T> {
     fn drop(&mut self) {
-        let (msg, waiting) = {
-            let mut st = lock(&self.inner.state);
-            st.receiver_gone = true;
-            // Nobody waits through a receiver that is being dropped; take the list anyway.
-            (st.msg.take(), std::mem::take(&mut st.waiting))
-        };
-        drop(waiting);
-        drop(msg);
+        // Nobody waits through a receiver that is being dropped (every receive removed its
+        // registration before it returned), so the list is empty: just leave.
+        let inner = self.inner();
+        let mut s = inner.state.load(Ordering::Acquire);
+        loop {
+            s = inner.unlocked(s);
+            match inner.cas(s, (s | RX_CLOSED) & !RX_ALIVE) {
+                Ok(_) => break,
+                Err(actual) => s = actual,
+            }
+        }
+        if s & TX_ALIVE == 0 {
+            // SAFETY: the sender is gone (its bit clear, seen by our acquiring
+            // compare-and-swap); we are the last owner. An untaken message is dropped with
+            // the allocation.
+            unsafe { free(self.inner) };
+        }
+        // Else the sender frees it: its send or drop sees `RX_CLOSED`.
     }
 }
 
@@ -420,14 +672,14 @@ impl<T> Future for ReceiverFuture<T> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        this.rx.inner.poll_recv(&mut this.token, cx)
+        this.rx.inner().poll_recv(&mut this.token, cx)
     }
 }
 
 impl<T> Drop for ReceiverFuture<T> {
     fn drop(&mut self) {
         // Before the receiver (a field) is dropped.
-        self.rx.inner.abandon(&mut self.token);
+        self.rx.inner().abandon(&mut self.token);
     }
 }
 
@@ -460,32 +712,26 @@ struct SelectArm<'a, T> {
 
 impl<T> Arm for SelectArm<'_, T> {
     fn try_now(&mut self) -> bool {
-        match self.inner.try_recv() {
-            Ok(msg) => *self.out = Some(Ok(msg)),
-            Err(TryRecvError::Disconnected) => *self.out = Some(Err(RecvError)),
-            Err(TryRecvError::Empty) => return false,
+        match self.inner.try_take() {
+            Some(outcome) => {
+                *self.out = Some(outcome);
+                true
+            }
+            None => false,
         }
-        true
     }
 
     fn register(&mut self, cx: &Arc<Waiter>, op: usize) -> bool {
-        let mut st = lock(&self.inner.state);
-        if st.msg.is_some() || st.sender_gone {
-            return true; // ready: the select takes it with `try_now`
-        }
-        st.waiting.push_back(Waiting::Select { cx: cx.clone(), op });
-        false
+        // Ready (`true`) if the outcome is there: the select takes it with `try_now`.
+        self.inner
+            .register(|_| Waiting::Select { cx: cx.clone(), op })
+            .is_none()
     }
 
     fn unregister(&mut self, cx: &Arc<Waiter>) {
-        let removed = {
-            let mut st = lock(&self.inner.state);
-            let index = st
-                .waiting
-                .iter()
-                .position(|w| matches!(w, Waiting::Select { cx: c, .. } if Arc::ptr_eq(c, cx)));
-            index.and_then(|i| st.waiting.remove(i))
-        };
+        let removed = self
+            .inner
+            .deregister(|w| matches!(w, Waiting::Select { cx: c, .. } if Arc::ptr_eq(c, cx)));
         drop(removed);
     }
 
@@ -493,7 +739,7 @@ impl<T> Arm for SelectArm<'_, T> {
         // The sender completed the select with this arm after it sent or was dropped; another
         // receive through the same receiver may have taken the message since: then it was
         // received, which `recv` reports as `RecvError` too.
-        *self.out = Some(lock(&self.inner.state).take().unwrap_or(Err(RecvError)));
+        *self.out = Some(self.inner.try_take().unwrap_or(Err(RecvError)));
     }
 
     fn complete_abandoned(&mut self) {
@@ -508,7 +754,7 @@ impl<T> RecvArmSource<T> for Receiver<T> {
         T: 'a,
     {
         Box::new(SelectArm {
-            inner: &self.inner,
+            inner: self.inner(),
             out,
         })
     }

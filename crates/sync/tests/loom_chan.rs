@@ -396,3 +396,79 @@ fn oneshot_select_races_send() {
         }
     });
 }
+
+/// Counts its drops in a loom atomic: a message dropped twice, or never, fails the model.
+struct Counted(std::sync::Arc<loom::sync::atomic::AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, loom::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn oneshot_handles_race_to_free() {
+    // The two handles own the channel together, with no reference count: the sent message is
+    // dropped exactly once, whichever handle leaves last (the receiver drops it unread).
+    model("oneshot_handles_race_to_free", || {
+        let drops = std::sync::Arc::new(loom::sync::atomic::AtomicUsize::new(0));
+        let (s, r) = spindle_sync::oneshot::channel::<Counted>();
+        let msg = Counted(drops.clone());
+        // Either the send lands and the receiver's drop drops the message unread, or the
+        // receiver is gone first and the failed send gives it back (dropped here).
+        let t = thread::spawn(move || drop(s.send(msg)));
+        drop(r);
+        t.join().unwrap();
+        assert_eq!(drops.load(loom::sync::atomic::Ordering::SeqCst), 1);
+    });
+}
+
+#[test]
+fn oneshot_sender_drop_races_receiver_drop() {
+    model("oneshot_sender_drop_races_receiver_drop", || {
+        let (s, r) = spindle_sync::oneshot::channel::<Counted>();
+        let t = thread::spawn(move || drop(s));
+        drop(r);
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn oneshot_two_receives_race_for_the_message() {
+    // Receives through one shared receiver: exactly one gets the message, the other hears
+    // that it was received (or, having waited, is woken to hear it).
+    model("oneshot_two_receives_race_for_the_message", || {
+        let (s, r) = spindle_sync::oneshot::channel::<i32>();
+        let r = std::sync::Arc::new(r);
+        let r2 = r.clone();
+        let t = thread::spawn(move || r2.recv());
+        s.send(7).unwrap();
+        let mine = r.recv();
+        let theirs = t.join().unwrap();
+        match (mine, theirs) {
+            (Ok(7), Err(RecvError)) | (Err(RecvError), Ok(7)) => {}
+            other => panic!("{other:?}"),
+        }
+    });
+}
+
+#[test]
+fn oneshot_timed_recv_races_send() {
+    // A receive that times out (loom's timed park gives up at once) while the send lands:
+    // the message is then still in the channel, and the timed-out receive left no
+    // registration behind for the send to wake.
+    model("oneshot_timed_recv_races_send", || {
+        let (s, r) = spindle_sync::oneshot::channel::<i32>();
+        let t = thread::spawn(move || s.send(3));
+        match r.recv_deadline(later()) {
+            Ok(v) => assert_eq!(v, 3),
+            Err(RecvTimeoutError::Timeout) => {
+                assert_eq!(t.join().unwrap(), Ok(()));
+                assert_eq!(r.try_recv(), Ok(3), "not lost to the timeout");
+                return;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+        assert_eq!(t.join().unwrap(), Ok(()));
+    });
+}

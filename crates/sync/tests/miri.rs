@@ -151,3 +151,48 @@ fn select_send_and_recv() {
     }
     t.join().unwrap();
 }
+
+#[test]
+fn oneshot_every_ending() {
+    // Every order in which a oneshot's two handles can leave, with a heap message: the
+    // handles own the channel together (no reference count), so Miri checks here that the
+    // last one frees it, exactly once, and the message is freed exactly once too.
+    use spindle_sync::oneshot::{TryRecvError, channel};
+
+    // Sent and received; the receiver leaves last.
+    let (tx, rx) = channel();
+    tx.send(String::from("a")).unwrap();
+    assert_eq!(rx.recv().unwrap(), "a");
+    assert!(rx.recv().is_err(), "received once");
+    drop(rx);
+    // Sent, never received: the receiver's drop drops it.
+    let (tx, rx) = channel();
+    tx.send(String::from("b")).unwrap();
+    drop(rx);
+    // The receiver left first: the send gives the message back.
+    let (tx, rx) = channel::<String>();
+    drop(rx);
+    assert!(tx.is_closed());
+    assert_eq!(tx.send(String::from("c")).unwrap_err().0, "c");
+    // The sender dropped without sending, in either order.
+    let (tx, rx) = channel::<String>();
+    drop(tx);
+    assert!(rx.recv().is_err());
+    drop(rx);
+    let (tx, rx) = channel::<String>();
+    drop(rx);
+    drop(tx);
+    // try_recv before, at and after the message.
+    let (tx, rx) = channel::<String>();
+    assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
+    tx.send(String::from("d")).unwrap();
+    assert_eq!(rx.try_recv().unwrap(), "d");
+    assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+    // The send races the receiver's drop on another thread.
+    for _ in 0..4 {
+        let (tx, rx) = channel::<String>();
+        let t = thread::spawn(move || drop(tx.send(String::from("e"))));
+        drop(rx);
+        t.join().unwrap();
+    }
+}
