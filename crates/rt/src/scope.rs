@@ -178,7 +178,8 @@ fn wait_done<T>(task: &TypedTask<T>) {
             if slot.done {
                 return;
             }
-            slot.waiter = Some(spindle_park::waker());
+            // Its own slot: a sibling may be joining the task's handle meanwhile.
+            slot.scope_waiter = Some(spindle_park::waker());
         }
         spindle_park::park();
     }

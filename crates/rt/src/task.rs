@@ -502,8 +502,12 @@ pub(crate) struct JoinSlot<T> {
     pub(crate) result: Option<Result<T, Failure>>,
     /// The result was produced (it may have been taken since).
     pub(crate) done: bool,
-    /// Who waits in `join`.
+    /// Who waits in `join` (the task's one `JoinHandle`).
     pub(crate) waiter: Option<Waker>,
+    /// The scope that spawned the task, waiting for it to finish (`scope::wait_done`) — a
+    /// second waiter, as a sibling coroutine may be joining the task's handle at the same
+    /// time: one shared slot made the later waiter replace the earlier, which never woke.
+    pub(crate) scope_waiter: Option<Waker>,
 }
 
 /// A task's coroutine on a guarded stack of its own.
@@ -682,13 +686,16 @@ impl<T> TaskPrefix<T> {
             .shared()
             .tasks
             .remove(crate::registry::Key::from_bits(key));
-        let waiter = {
+        let (waiter, scope_waiter) = {
             let mut slot = self.join.slot.lock();
             slot.result = Some(outcome);
             slot.done = true;
-            slot.waiter.take()
+            (slot.waiter.take(), slot.scope_waiter.take())
         };
         if let Some(w) = waiter {
+            w.wake();
+        }
+        if let Some(w) = scope_waiter {
             w.wake();
         }
     }
@@ -822,6 +829,7 @@ where
                         result: None,
                         done: false,
                         waiter: None,
+                        scope_waiter: None,
                     }),
                 },
             },

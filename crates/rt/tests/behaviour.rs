@@ -234,6 +234,35 @@ macro_rules! policy_suite {
             }
 
             #[test]
+            fn a_sibling_joining_a_handle_and_the_scope_both_wake() {
+                // The scope waits for a child while a sibling joins that child's handle: the
+                // two waits must both be woken (one shared waiter slot woke only the later
+                // one, and the scope never returned). A watchdog turns a hang into a failure.
+                let (done_tx, done_rx) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    let rt = rt(2);
+                    let got = rt.block_on(|| {
+                        spindle_rt::scope(|s| {
+                            let a = s.spawn(|| {
+                                spindle_rt::sleep(Duration::from_millis(20));
+                                7
+                            });
+                            // Not joined in the body: the scope's wait on `a` and the
+                            // sibling's join of `a` overlap.
+                            drop(s.spawn(move || assert_eq!(a.join().unwrap(), 7)));
+                        });
+                        true
+                    });
+                    let _ = done_tx.send(got);
+                });
+                assert_eq!(
+                    done_rx.recv_timeout(Duration::from_secs(30)),
+                    Ok(true),
+                    "the scope or the sibling was never woken"
+                );
+            }
+
+            #[test]
             fn a_child_panic_cancels_the_siblings_and_propagates() {
                 let rt = rt(2);
                 let drops = Arc::new(AtomicUsize::new(0));
