@@ -23,18 +23,6 @@
 //! began closing is cancelled before it runs (`worker::run_task`), so shutdown's snapshot
 //! need not see it.
 //!
-//! **No reference count**: a slot holds the task's address, not a counted reference, so that
-//! insert and remove cost nothing but the shard lock (a counted reference's clone and drop were
-//! two more atomic read-modify-writes per task, about 5 % of a `ping_pong` message). A
-//! registered task is alive: it is inserted by the worker about to run it and removed in
-//! `TaskPrefix::finish`, inside its last run, by the worker running it — which holds a counted
-//! reference throughout both — and in between its one "execution" reference (a queue's, a
-//! worker's, or the idle state's) is handed on, never dropped: an unfinished task's
-//! reference is only ever leaked (`Runtime::shutdown` abandons what did not unwind by its
-//! timeout, and leaks the runtime with it). Readers ([`TaskRegistry::snapshot`],
-//! [`TaskRegistry::find`]) make counted references under the shard's lock, which the removal
-//! takes too, so the task cannot go while they do.
-//!
 //! Counting and snapshots (shutdown, metrics, the monitor's report naming a task) visit every
 //! shard; they are rare.
 //!
@@ -48,7 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::task::{Header, TaskRef, lock};
+use crate::task::{TaskRef, lock};
 use spindle_park::spin::SpinLock;
 
 /// See the module documentation.
@@ -65,43 +53,11 @@ pub(crate) struct TaskRegistry {
 #[repr(align(128))]
 struct Padded<T>(T);
 
-/// A registered task's address (no count: see the module docs).
-#[derive(Clone, Copy)]
-struct Registered(std::ptr::NonNull<Header>);
-
-// SAFETY: an address, moved between threads with its shard; it is only dereferenced under the
-// shard's lock while the task is registered, when the task is alive (module docs), and a task
-// is `Sync` (see `TaskRef`).
-unsafe impl Send for Registered {}
-
-impl Registered {
-    /// A counted reference to the task.
-    ///
-    /// # Safety
-    ///
-    /// The caller holds the lock of the shard that holds `self` (so the task is alive: see the
-    /// module docs).
-    unsafe fn task_ref(self) -> TaskRef {
-        // SAFETY: alive for the call, per the contract.
-        unsafe { TaskRef::clone_raw(self.0) }
-    }
-
-    /// The task's header.
-    ///
-    /// # Safety
-    ///
-    /// As for [`task_ref`](Self::task_ref), for as long as the result is used.
-    unsafe fn header<'a>(self) -> &'a Header {
-        // SAFETY: alive while the caller holds the lock, per the contract.
-        unsafe { self.0.as_ref() }
-    }
-}
-
 #[derive(Default)]
 struct Shard {
     /// Tasks inserted here ever (started by this shard's worker).
     started: u64,
-    slots: Vec<Option<Registered>>,
+    slots: Vec<Option<TaskRef>>,
     free: Vec<u32>,
     len: usize,
 }
@@ -162,10 +118,8 @@ impl TaskRegistry {
     }
 
     /// Adds `task`, which worker `w` is about to run for the first time (on `w`'s own
-    /// thread); returns its key, for [`remove`](TaskRegistry::remove). Keeps its address, not
-    /// a reference (see the module docs).
-    pub(crate) fn insert_started(&self, w: usize, task: &TaskRef) -> Key {
-        let task = Registered(task.as_ptr());
+    /// thread); returns its key, for [`remove`](TaskRegistry::remove).
+    pub(crate) fn insert_started(&self, w: usize, task: TaskRef) -> Key {
         let shard_index = w.min(self.shards.len() - 1);
         let mut shard = self.shards[shard_index].0.lock();
         shard.started += 1;
@@ -213,8 +167,8 @@ impl TaskRegistry {
         registered == 0 && spawned == started
     }
 
-    /// Removes the task at `key` (a no-op for [`Key::NONE`] or a vacant slot). The caller
-    /// holds a reference to the task (its worker, finishing it).
+    /// Removes the task at `key` (a no-op for [`Key::NONE`] or a vacant slot), and drops the
+    /// registry's reference to it after the shard's lock is released.
     pub(crate) fn remove(&self, key: Key) {
         let Some(padded) = self.shards.get(key.shard()) else {
             return;
@@ -232,6 +186,7 @@ impl TaskRegistry {
             let _guard = lock(&self.empty.0);
             self.empty.1.notify_all();
         }
+        drop(removed);
     }
 
     /// How many tasks are live (a snapshot: registered, plus spawned and not yet started).
@@ -250,9 +205,7 @@ impl TaskRegistry {
                     .slots
                     .iter()
                     .flatten()
-                    // SAFETY: under the shard's lock (the guard lives to the statement's end).
-                    // SAFETY: as above.
-                    .map(|r| unsafe { r.task_ref() })
+                    .cloned()
                     .collect::<Vec<_>>()
             })
             .collect()
@@ -265,10 +218,8 @@ impl TaskRegistry {
                 .slots
                 .iter()
                 .flatten()
-                // SAFETY: both under the shard's lock (the guard lives to the statement's end).
-                .find(|r| unsafe { r.header() }.id == id)
-                // SAFETY: as above.
-                .map(|r| unsafe { r.task_ref() })
+                .find(|t| t.header().id == id)
+                .cloned()
         })
     }
 

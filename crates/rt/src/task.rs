@@ -387,24 +387,6 @@ impl TaskRef {
         unsafe { TaskRef::from_raw(self.0.as_ptr().cast_const().cast()) }
     }
 
-    /// The task's address, for the registry, which keeps it without a count (see `registry`).
-    pub(crate) fn as_ptr(&self) -> ptr::NonNull<Header> {
-        self.0
-    }
-
-    /// A new reference to the task at `header` (counted: an increment).
-    ///
-    /// # Safety
-    ///
-    /// `header` is the address of a task that stays alive for the whole call: some reference
-    /// to it exists and is not dropped meanwhile (the registry: the task is registered and the
-    /// caller holds the shard's lock, which its removal takes too).
-    pub(crate) unsafe fn clone_raw(header: ptr::NonNull<Header>) -> TaskRef {
-        // Borrow the reference the contract says exists, without taking it over.
-        let borrowed = std::mem::ManuallyDrop::new(TaskRef(header));
-        TaskRef::clone(&borrowed)
-    }
-
     /// Pushes the task (a reference that now stands for its place in a queue) to its runtime.
     pub(crate) fn schedule(self, reason: spindle_sched::Reason) {
         // The runtime outlives the task's next run (see `Header::shared`), and `self` moves.

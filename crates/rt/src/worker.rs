@@ -470,7 +470,7 @@ impl WorkerCtx {
             header.home.store(self.index, Ordering::Release);
         }
         let shared = &*self.shared;
-        let key = shared.tasks.insert_started(self.index, task);
+        let key = shared.tasks.insert_started(self.index, task.clone());
         header.registry_key.store(key.to_bits(), Ordering::Relaxed);
         // After the insert: shutdown sets `closing`, then cancels what its snapshot of the
         // registry holds. Either the snapshot holds this task, or (the insert's lock taken
