@@ -150,8 +150,8 @@
 //! `CAP_IPC_LOCK`), bad parameters — [`UringDriver::new`] returns an error saying so, with a
 //! [`SetupError`] inside; the runtime then falls back to epoll and logs that once.
 //!
-//! Not done: multishot accept (the interface has one accept per `submit`), registered buffers
-//! and files, and SQPOLL is available ([`UringConfig::sqpoll`]) but off by default.
+//! Not done: multishot receive into provided buffers, registered buffers and files; SQPOLL is
+//! available ([`UringConfig::sqpoll`]) but off by default.
 //!
 //! On targets other than Linux this crate is empty.
 #![deny(missing_docs)]
