@@ -92,8 +92,10 @@ impl<T> Drop for ScopedJoin<'_, T> {
         if let Some(handle) = self.handle.take()
             && self.wait_on_drop
         {
-            // Borrowed data must outlive the coroutine: wait for it, whatever happens.
-            wait_done(&handle.task);
+            // Borrowed data must outlive the coroutine: wait for it, whatever happens (a
+            // cancellation of the waiting coroutine included).
+            let _no_cancel = spindle_park::defer_cancel();
+            wait_done(&handle.task, None);
         }
     }
 }
@@ -107,7 +109,11 @@ impl<T> Drop for ScopedJoin<'_, T> {
 /// * if `f` panics, or a child panics, the children still running are **cancelled** (they
 ///   unwind from their next suspension point), then joined; then the panic continues from
 ///   `scope` — `f`'s if it panicked, else the first child's (unless that child's handle was
-///   joined, which consumes its panic, as with threads).
+///   joined, which consumes its panic, as with threads);
+/// * if the coroutine running `scope` is cancelled, the children are cancelled too and joined
+///   before anything unwinds past `scope` (they may borrow from its caller): a cancellation
+///   that unwound `f` continues from `scope` once they have finished, and one that comes
+///   while `scope` waits for them takes effect at the coroutine's next suspension point.
 ///
 /// ```
 /// let rt = spindle_rt::Runtime::builder().workers(2).build()?;
@@ -144,6 +150,11 @@ where
         _env: PhantomData,
     };
     let body = catch_unwind(AssertUnwindSafe(|| f(&scope)));
+    // From here until every child has finished this coroutine must not unwind: the children
+    // may borrow from its frame. A cancellation of it — which unwound the body into `body`, or
+    // comes while we wait below — is held off, cancels the children (so that the scope ends
+    // soon), and takes effect at the coroutine's next suspension point after the scope.
+    let _no_cancel = spindle_park::defer_cancel();
     if body.is_err() {
         scope.children.cancel_all();
     }
@@ -152,7 +163,7 @@ where
     let tasks: Vec<_> = lock(&scope.children.tasks).clone();
     let mut child_panic = None;
     for task in tasks {
-        wait_done(&task);
+        wait_done(&task, Some(&scope.children));
         let mut slot = task.join().slot.lock();
         if let Some(Err(Failure::Panicked(_))) = &slot.result
             && child_panic.is_none()
@@ -170,9 +181,17 @@ where
     }
 }
 
-/// Parks until `task` has finished, without taking its result.
-fn wait_done<T>(task: &TypedTask<T>) {
+/// Parks until `task` has finished, without taking its result. The caller holds off its own
+/// cancellation (a cancelled coroutine's park unwinds); if one is requested meanwhile, the
+/// scope's `children` (if given) are cancelled, so that the wait ends soon.
+fn wait_done<T>(task: &TypedTask<T>, children: Option<&Children>) {
     loop {
+        if let Some(children) = children
+            && !children.failed.load(Ordering::Acquire)
+            && spindle_park::cancel_requested()
+        {
+            children.cancel_all();
+        }
         {
             let mut slot = task.join().slot.lock();
             if slot.done {

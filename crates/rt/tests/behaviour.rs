@@ -263,6 +263,65 @@ macro_rules! policy_suite {
             }
 
             #[test]
+            fn a_cancelled_scope_cancels_and_waits_for_its_children_first() {
+                // Cancelling the coroutine that runs a scope must not unwind it out of the
+                // scope while a child still runs: the child borrows from its frame. The scope
+                // cancels its children, waits for them, and the cancellation then takes
+                // effect. (It used to unwind at once, and the child read freed memory.)
+                struct Flag(Arc<AtomicBool>);
+                impl Drop for Flag {
+                    fn drop(&mut self) {
+                        self.0.store(false, Ordering::SeqCst);
+                    }
+                }
+                struct Frame(Arc<AtomicBool>, Arc<AtomicBool>);
+                impl Drop for Frame {
+                    fn drop(&mut self) {
+                        if self.0.load(Ordering::SeqCst) {
+                            self.1.store(true, Ordering::SeqCst);
+                        }
+                    }
+                }
+                let rt = rt(2);
+                let child_running = Arc::new(AtomicBool::new(false));
+                let left_early = Arc::new(AtomicBool::new(false));
+                let (running, early) = (child_running.clone(), left_early.clone());
+                let start = Instant::now();
+                let joined = rt.block_on(move || {
+                    let h = spindle_rt::spawn(move || {
+                        let _frame = Frame(running.clone(), early);
+                        let data = vec![1u64; 100];
+                        spindle_rt::scope(|s| {
+                            s.spawn(|| {
+                                running.store(true, Ordering::SeqCst);
+                                let _running = Flag(running.clone());
+                                // Long enough to tell a cancelled child from one that ran out.
+                                spindle_rt::sleep(Duration::from_secs(90));
+                                data.iter().sum::<u64>()
+                            });
+                        });
+                        // The cancellation, held off through the scope, takes effect here.
+                        spindle_rt::yield_now();
+                        unreachable!("cancelled before this");
+                    });
+                    while !child_running.load(Ordering::SeqCst) {
+                        spindle_rt::sleep(Duration::from_millis(1));
+                    }
+                    h.cancel();
+                    h.join()
+                });
+                assert!(joined.unwrap_err().is_cancelled());
+                assert!(
+                    !left_early.load(Ordering::SeqCst),
+                    "the scope's coroutine left its frame while a child still borrowed from it"
+                );
+                assert!(
+                    start.elapsed() < Duration::from_secs(60),
+                    "the scope did not cancel its sleeping child"
+                );
+            }
+
+            #[test]
             fn a_child_panic_cancels_the_siblings_and_propagates() {
                 let rt = rt(2);
                 let drops = Arc::new(AtomicUsize::new(0));
