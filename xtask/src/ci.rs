@@ -5,7 +5,7 @@
 //! failed. To add a leg (loom, miri, wine...), push it in [`legs`]: either
 //! [`Leg::cargo`] for a plain `cargo ...` command or [`Leg::custom`] with a function.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
@@ -329,17 +329,32 @@ pub fn test_windows_wine(packages_: &[&str], build_dir: Option<PathBuf>) -> Resu
     if wine.is_empty() {
         return Err(format!("{} printed no Wine executable", setup.display()));
     }
+    let prefix = dir.join("prefix");
     let mut cmd = cargo();
     if let Some(build_dir) = build_dir {
         cmd.env("CARGO_TARGET_DIR", build_dir);
     }
-    proc::run(
+    // One Wine server for the whole leg. Each test executable is a Wine process of its own,
+    // and a server left to exit by itself (a few seconds after its last client) can be
+    // exiting just as the next executable connects: "wine client error:0: recvmsg: Connection
+    // reset by peer" (seen once in CI, session 10). `-p`: stay until `-k`.
+    let server = Path::new(wine).with_file_name("wineserver");
+    let wineserver = |arg: &str| {
+        let _ = Command::new(&server)
+            .arg(arg)
+            .env("WINEPREFIX", &prefix)
+            .status();
+    };
+    wineserver("-p");
+    let result = proc::run(
         cmd.env("CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER", wine)
-            .env("WINEPREFIX", dir.join("prefix"))
+            .env("WINEPREFIX", &prefix)
             .env("WINEDEBUG", "-all")
             .args(["test", "--target", TARGET])
             .args(packages(packages_)),
-    )
+    );
+    wineserver("-k");
+    result
 }
 
 /// A test executable found in cargo's JSON messages.

@@ -541,15 +541,30 @@ fn write_timeout() {
 }
 
 fn connect_refused() {
-    // A port that was just free: bind, note it, close.
-    let addr = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
-    let err = TcpStream::connect(&addr).unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::ConnectionRefused, "{err}");
-    let err = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::ConnectionRefused, "{err}");
+    // A port that was just free: bind, note it, close. It can be taken again before a connect
+    // — by a listener of a test running in parallel, or by the connect itself (a TCP
+    // self-connect: the kernel may give the client that same port, seen under Wine about one
+    // run in ten) — and such a connect succeeds, which says nothing about refusals: try
+    // another port. Every connect that fails must fail with `ConnectionRefused`.
+    const ATTEMPTS: usize = 20;
+    for _ in 0..ATTEMPTS {
+        let addr = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        match TcpStream::connect(&addr) {
+            Ok(_) => continue,
+            Err(err) => assert_eq!(err.kind(), ErrorKind::ConnectionRefused, "{err}"),
+        }
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+            Ok(_) => continue,
+            Err(err) => {
+                assert_eq!(err.kind(), ErrorKind::ConnectionRefused, "{err}");
+                return;
+            }
+        }
+    }
+    panic!("{ATTEMPTS} connects to just-freed ports were all accepted");
 }
 
 /// A host name resolves (through the blocking pool in a runtime) and connects.
