@@ -158,11 +158,19 @@ where
     if body.is_err() {
         scope.children.cancel_all();
     }
-    // Join every child (their handles may be gone: wait on the tasks themselves).
-    // (A copy: a child that fails while we wait still finds its siblings there to cancel.)
-    let tasks: Vec<_> = lock(&scope.children.tasks).clone();
+    // Join every child (their handles may be gone: wait on the tasks themselves). Children
+    // may spawn more children through the shared `&Scope` until they finish, so the list can
+    // grow while we wait: take its entries one at a time until none is left. Each entry is
+    // pushed before it can run, by the body or a child that has not finished yet, so once every
+    // entry has finished nothing can add another. (The list is not taken out: a child that
+    // fails while we wait still finds its siblings there to cancel.)
     let mut child_panic = None;
-    for task in tasks {
+    let mut waited = 0;
+    while let Some(task) = {
+        let tasks = lock(&scope.children.tasks);
+        tasks.get(waited).cloned()
+    } {
+        waited += 1;
         wait_done(&task, Some(&scope.children));
         let mut slot = task.join().slot.lock();
         if let Some(Err(Failure::Panicked(_))) = &slot.result

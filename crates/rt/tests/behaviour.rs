@@ -322,6 +322,34 @@ macro_rules! policy_suite {
             }
 
             #[test]
+            fn children_spawned_by_children_after_the_body_are_waited_for_too() {
+                // A child spawns a grandchild through the shared scope after the body has
+                // returned; the scope must wait for it too (it borrows from the caller). It
+                // used to wait only for the children there were when the body returned.
+                let rt = rt(2);
+                let (left_early, sum) = rt.block_on(|| {
+                    let data = vec![2u64; 50];
+                    let sum = AtomicUsize::new(0);
+                    let running = AtomicBool::new(false);
+                    spindle_rt::scope(|s| {
+                        s.spawn(|| {
+                            spindle_rt::sleep(Duration::from_millis(20));
+                            running.store(true, Ordering::SeqCst);
+                            s.spawn(|| {
+                                spindle_rt::sleep(Duration::from_millis(50));
+                                let total: u64 = data.iter().sum();
+                                sum.store(total as usize, Ordering::SeqCst);
+                                running.store(false, Ordering::SeqCst);
+                            });
+                        });
+                    });
+                    (running.load(Ordering::SeqCst), sum.load(Ordering::SeqCst))
+                });
+                assert!(!left_early, "the scope returned while a grandchild still ran");
+                assert_eq!(sum, 100);
+            }
+
+            #[test]
             fn a_child_panic_cancels_the_siblings_and_propagates() {
                 let rt = rt(2);
                 let drops = Arc::new(AtomicUsize::new(0));
