@@ -22,10 +22,17 @@ struct Inner {
     keep_alive: Duration,
     /// Threads alive now (for tests and metrics).
     threads: AtomicUsize,
+    /// Tests: the next thread start fails, after this job (another submitter's, as if it came
+    /// meanwhile) was queued.
+    #[cfg(test)]
+    fail_next_start: Mutex<Option<Job>>,
 }
 
 struct PoolState {
-    queue: VecDeque<Job>,
+    /// Queued jobs, each with its submission's number: a submission whose thread could not
+    /// start takes back its own job, not one queued by another submitter meanwhile.
+    queue: VecDeque<(u64, Job)>,
+    next_id: u64,
     idle: usize,
     threads: usize,
     shutdown: bool,
@@ -37,6 +44,7 @@ impl BlockingPool {
             inner: Arc::new(Inner {
                 state: Mutex::new(PoolState {
                     queue: VecDeque::new(),
+                    next_id: 0,
                     idle: 0,
                     threads: 0,
                     shutdown: false,
@@ -45,6 +53,8 @@ impl BlockingPool {
                 max_threads,
                 keep_alive,
                 threads: AtomicUsize::new(0),
+                #[cfg(test)]
+                fail_next_start: Mutex::new(None),
             }),
         }
     }
@@ -59,7 +69,9 @@ impl BlockingPool {
                 "the runtime is shutting down: no blocking work",
             ));
         }
-        state.queue.push_back(job);
+        let id = state.next_id;
+        state.next_id = id.wrapping_add(1);
+        state.queue.push_back((id, job));
         if state.idle > 0 {
             drop(state);
             inner.work.notify_one();
@@ -68,16 +80,19 @@ impl BlockingPool {
         if state.threads < inner.max_threads {
             state.threads += 1;
             drop(state);
-            let inner2 = inner.clone();
-            let spawned = std::thread::Builder::new()
-                .name("spindle-blocking".into())
-                .spawn(move || worker(inner2));
-            if let Err(e) = spawned {
+            if let Err(e) = start_thread(inner) {
                 let mut state = lock(&inner.state);
                 state.threads -= 1;
-                // If no thread exists at all, the job would wait forever: report the error.
-                if state.threads == 0 {
-                    state.queue.pop_back();
+                // If no thread exists at all, the job would wait for ever: take it back and
+                // report the error. Our own job — found by its number: another submitter may
+                // have queued one behind it meanwhile, whose coroutine waits for it (and whose
+                // borrows it uses). If ours is gone, a thread that existed meanwhile took it.
+                if state.threads == 0
+                    && let Some(i) = state.queue.iter().position(|(j, _)| *j == id)
+                {
+                    let ours = state.queue.remove(i);
+                    drop(state);
+                    drop(ours); // (its captures' destructors run outside the lock)
                     return Err(e);
                 }
             }
@@ -97,11 +112,25 @@ impl BlockingPool {
     }
 }
 
+fn start_thread(inner: &Arc<Inner>) -> std::io::Result<()> {
+    #[cfg(test)]
+    if let Some(job) = lock(&inner.fail_next_start).take() {
+        let id = u64::MAX;
+        lock(&inner.state).queue.push_back((id, job));
+        return Err(std::io::Error::other("injected: no thread"));
+    }
+    let inner = inner.clone();
+    std::thread::Builder::new()
+        .name("spindle-blocking".into())
+        .spawn(move || worker(inner))
+        .map(drop)
+}
+
 fn worker(inner: Arc<Inner>) {
     inner.threads.fetch_add(1, Ordering::AcqRel);
     let mut state = lock(&inner.state);
     loop {
-        if let Some(job) = state.queue.pop_front() {
+        if let Some((_, job)) = state.queue.pop_front() {
             drop(state);
             // A panic in a job is caught where the job was made (see `blocking`).
             job();
@@ -186,5 +215,54 @@ where
             return r.unwrap_or_else(|p| std::panic::resume_unwind(p));
         }
         spindle_park::park();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    fn flag_job(flag: &Arc<AtomicBool>) -> Job {
+        let flag = flag.clone();
+        Box::new(move || flag.store(true, Ordering::SeqCst))
+    }
+
+    #[test]
+    fn a_submission_whose_thread_cannot_start_takes_back_its_own_job_only() {
+        // The pool has no thread; this submission's thread fails to start after another
+        // submitter queued a job behind ours. Ours is handed back (an error, never run); the
+        // other stays queued and runs once a thread can start. (Taking back the last job, as
+        // before, took the other submitter's and left ours queued: run later, after its
+        // coroutine had unwound.)
+        let pool = BlockingPool::new(1, Duration::from_secs(5));
+        let (mine, other, later) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        *lock(&pool.inner.fail_next_start) = Some(flag_job(&other));
+        let err = pool.submit(flag_job(&mine)).unwrap_err();
+        assert!(err.to_string().contains("injected"), "{err}");
+        {
+            let state = lock(&pool.inner.state);
+            let ids: Vec<u64> = state.queue.iter().map(|(id, _)| *id).collect();
+            assert_eq!(ids, [u64::MAX], "only the other submitter's job is left");
+            assert_eq!(state.threads, 0);
+        }
+        pool.submit(flag_job(&later)).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !(other.load(Ordering::SeqCst) && later.load(Ordering::SeqCst)) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the queued jobs never ran"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            !mine.load(Ordering::SeqCst),
+            "the failed submission's job ran"
+        );
+        pool.shutdown();
     }
 }
