@@ -268,77 +268,69 @@ impl<T> Inner<T> {
         }
     }
 
-    /// The waiting list; the caller holds the lock.
-    ///
-    /// # Safety
-    ///
-    /// The caller holds `LOCKED` (won by its compare-and-swap) until it is done with the
-    /// reference, and makes no other reference to the list meanwhile.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn list(&self) -> &mut WaitList {
-        // SAFETY: the lock makes the caller the only one reaching the list (the contract).
-        unsafe { &mut *self.list.ptr() }
+    /// Runs `f` on the waiting list under the lock, unless the outcome is published (`None`:
+    /// then the list is empty and stays so, see the design notes); the unlocking store sets
+    /// `WAITERS` to whether `f` left anybody in the list.
+    fn with_list<R>(&self, f: impl FnOnce(&mut WaitList) -> R) -> Option<R> {
+        let s = self.lock_unless_done()?;
+        let (r, waiters) = {
+            // SAFETY: `lock_unless_done` took the lock, so we alone reach the list until the
+            // store below releases it, and the reference does not outlive this block.
+            let list = unsafe { &mut *self.list.ptr() };
+            let r = f(list);
+            (r, if list.waiting.is_empty() { 0 } else { WAITERS })
+        };
+        self.state
+            .store((s & !WAITERS) | waiters, Ordering::Release);
+        Some(r)
     }
 
     /// Adds `make(token)` to the waiting list and returns its token, unless the outcome is
     /// published (`None`: look again).
     fn register(&self, make: impl FnOnce(u64) -> Waiting) -> Option<u64> {
-        let s = self.lock_unless_done()?;
-        // SAFETY: `lock_unless_done` took the lock; the store below releases it.
-        let list = unsafe { self.list() };
-        let token = list.next_token;
-        list.next_token += 1;
-        list.waiting.push_back(make(token));
-        self.state.store(s | WAITERS, Ordering::Release);
-        Some(token)
+        self.with_list(|list| {
+            let token = list.next_token;
+            list.next_token += 1;
+            list.waiting.push_back(make(token));
+            token
+        })
     }
 
     /// Removes the registration `pick` chooses, unless the sender took the whole list
     /// already; returns it, for the caller to drop (outside the lock).
     fn deregister(&self, pick: impl Fn(&Waiting) -> bool) -> Option<Waiting> {
-        let s = self.lock_unless_done()?;
-        // SAFETY: as in `register`.
-        let list = unsafe { self.list() };
-        let index = list.waiting.iter().position(pick);
-        let removed = index.and_then(|i| list.waiting.remove(i));
-        let next = if list.waiting.is_empty() {
-            s & !WAITERS
-        } else {
-            s
-        };
-        self.state.store(next, Ordering::Release);
-        removed
+        self.with_list(|list| {
+            let index = list.waiting.iter().position(pick);
+            index.and_then(|i| list.waiting.remove(i))
+        })
+        .flatten()
     }
 
     /// Refreshes the waker of registration `token` (a future polled again with another
     /// waker); `false` if the outcome is published (the list is gone: look again).
     fn refresh(&self, token: u64, new: &Waker) -> bool {
-        let Some(s) = self.lock_unless_done() else {
-            return false;
-        };
-        // SAFETY: as in `register`.
-        let list = unsafe { self.list() };
-        let index = list
-            .waiting
-            .iter()
-            .position(|w| matches!(w, Waiting::Task { token: t, .. } if *t == token));
-        let mut old = None;
-        match index.and_then(|i| list.waiting.get_mut(i)) {
-            Some(Waiting::Task { waker, .. }) => {
-                if !waker.will_wake(new) {
-                    old = Some(std::mem::replace(waker, new.clone()));
+        let old = self.with_list(|list| {
+            let index = list
+                .waiting
+                .iter()
+                .position(|w| matches!(w, Waiting::Task { token: t, .. } if *t == token));
+            match index.and_then(|i| list.waiting.get_mut(i)) {
+                Some(Waiting::Task { waker, .. }) => {
+                    (!waker.will_wake(new)).then(|| std::mem::replace(waker, new.clone()))
+                }
+                // Not there (it cannot be gone without an outcome; this keeps the future
+                // waking even so).
+                _ => {
+                    list.waiting.push_back(Waiting::Task {
+                        token,
+                        waker: new.clone(),
+                    });
+                    None
                 }
             }
-            // Not there (it cannot be gone without an outcome; this keeps the future waking
-            // even so).
-            _ => list.waiting.push_back(Waiting::Task {
-                token,
-                waker: new.clone(),
-            }),
-        }
-        self.state.store(s | WAITERS, Ordering::Release);
-        drop(old);
-        true
+        });
+        // The replaced waker, if any, is dropped here, outside the lock.
+        old.is_some()
     }
 
     /// The sender is done: it sent (`sent`: the message is in the cell) or is dropped.
@@ -366,8 +358,9 @@ impl<T> Inner<T> {
             // unlock, leaving, with `WAITERS` clear.
             match self.cas(s, s | done | LOCKED) {
                 Ok(_) => {
-                    // SAFETY: our compare-and-swap took the lock; the store releases it.
-                    let waiting = std::mem::take(&mut unsafe { self.list() }.waiting);
+                    // SAFETY: our compare-and-swap took the lock, so we alone reach the list
+                    // until the store below releases it.
+                    let waiting = std::mem::take(&mut unsafe { &mut *self.list.ptr() }.waiting);
                     self.state
                         .store((s | done) & !(WAITERS | TX_ALIVE), Ordering::Release);
                     // From here the receiver may free the allocation: only the list we took.
@@ -503,12 +496,6 @@ impl<T> Sender<T> {
         let this = ManuallyDrop::new(self);
         let ptr = this.inner;
         let inner = this.inner();
-        if inner.state.load(Ordering::Acquire) & RX_CLOSED != 0 {
-            // SAFETY: the receiver is gone (its bit is clear, seen with acquire), and this
-            // sender is the other owner.
-            unsafe { free(ptr) };
-            return Err(SendError(msg));
-        }
         // SAFETY: only the sender writes the cell, once, before publishing `SENT`; no
         // receive reads it before it sees `SENT`.
         unsafe { inner.msg.ptr().write(MaybeUninit::new(msg)) };
