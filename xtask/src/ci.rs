@@ -212,8 +212,11 @@ pub fn legs() -> Vec<Leg> {
     ));
     legs.push(Leg::custom(
         "valgrind",
-        "core test binaries under valgrind memcheck",
-        || valgrind(&CORE, &[]),
+        "core test binaries under valgrind memcheck, and a runtime on the automatic IO backend",
+        || {
+            valgrind(&CORE, &[])?;
+            valgrind_auto_io()
+        },
     ));
     legs.push(
         Leg::custom(
@@ -399,21 +402,9 @@ const VALGRIND_BAD_SIGNS: [&str; 2] = [
 ];
 
 /// Runs the test executables of `pkgs` (but those whose file name starts with one of `skip`)
-/// under valgrind memcheck, one test thread each.
+/// under valgrind memcheck, one test thread each, with the runtimes on epoll.
 fn valgrind(pkgs: &[&str], skip: &[&str]) -> Result<(), String> {
-    if !proc::succeeds(Command::new("valgrind").arg("--version")) {
-        return Err("valgrind is not installed (or does not run): apt-get install valgrind".into());
-    }
-    let messages = proc::run_stdout(
-        cargo()
-            .args([
-                "test",
-                "--no-run",
-                "--message-format=json-render-diagnostics",
-            ])
-            .args(packages(pkgs)),
-    )?;
-    let mut bins = test_executables(&messages)?;
+    let mut bins = valgrind_test_executables(&packages(pkgs))?;
     bins.retain(|b| {
         let name = b.exe.file_name().unwrap_or_default().to_string_lossy();
         !skip.iter().any(|s| name.starts_with(s))
@@ -424,49 +415,105 @@ fn valgrind(pkgs: &[&str], skip: &[&str]) -> Result<(), String> {
             pkgs.join(", ")
         ));
     }
-    let mut failures = Vec::new();
-    for bin in &bins {
-        let mut cmd = Command::new("valgrind");
-        cmd.args(["--error-exitcode=99", "--quiet"])
-            .arg(&bin.exe)
-            .arg("--test-threads=1")
-            .env("SPINDLE_UNDER_VALGRIND", "1")
-            // Valgrind does not track the kernel's writes into io_uring's shared rings.
-            .env("SPINDLE_IO", "epoll")
-            .env("CARGO_MANIFEST_DIR", &bin.package_dir)
-            .current_dir(&bin.package_dir);
-        let name = bin
-            .exe
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
-        match proc::run_tee_stderr(&mut cmd) {
-            Err(e) => failures.push(format!("{name}: {e}")),
-            Ok((status, stderr)) => {
-                let mut why = Vec::new();
-                if !status.success() {
-                    why.push(if status.code() == Some(99) {
-                        "valgrind reported errors (exit 99)".to_string()
-                    } else {
-                        format!("{status}")
-                    });
-                }
-                for sign in VALGRIND_BAD_SIGNS {
-                    if stderr.contains(sign) {
-                        why.push(format!("stderr says {sign:?}"));
-                    }
-                }
-                if !why.is_empty() {
-                    failures.push(format!("{name}: {}", why.join(", ")));
-                }
-            }
-        }
-    }
+    // On epoll: valgrind does not track the kernel's writes into io_uring's shared rings.
+    let failures: Vec<String> = bins
+        .iter()
+        .filter_map(|bin| valgrind_one(bin, Some("epoll"), None).err())
+        .collect();
     if failures.is_empty() {
         Ok(())
     } else {
         Err(format!("under valgrind: {}", failures.join("; ")))
+    }
+}
+
+/// How long `auto_backend` may run under valgrind (it takes a few seconds; a worker that is
+/// never woken hangs it for ever, and valgrind then holds its lock in the system call, so the
+/// test's own watchdog cannot run).
+const AUTO_IO_LIMIT_SECS: u32 = 300;
+
+/// spindle-rt's `auto_backend` test under valgrind without `SPINDLE_IO`: the automatic IO
+/// backend must be one that valgrind lets a worker be woken from (io_uring is not).
+fn valgrind_auto_io() -> Result<(), String> {
+    let bins = valgrind_test_executables(&["-p", "spindle-rt", "--test", "auto_backend"])?;
+    let [bin] = bins.as_slice() else {
+        return Err(format!(
+            "expected one test executable for spindle-rt's auto_backend, cargo built {}",
+            bins.len()
+        ));
+    };
+    valgrind_one(bin, None, Some(AUTO_IO_LIMIT_SECS))
+        .map_err(|e| format!("under valgrind with the automatic IO backend: {e}"))
+}
+
+/// Builds test executables (`cargo test --no-run` with `selection`) for running by hand.
+fn valgrind_test_executables<S: AsRef<std::ffi::OsStr>>(
+    selection: &[S],
+) -> Result<Vec<TestBin>, String> {
+    if !proc::succeeds(Command::new("valgrind").arg("--version")) {
+        return Err("valgrind is not installed (or does not run): apt-get install valgrind".into());
+    }
+    let messages = proc::run_stdout(
+        cargo()
+            .args([
+                "test",
+                "--no-run",
+                "--message-format=json-render-diagnostics",
+            ])
+            .args(selection),
+    )?;
+    test_executables(&messages)
+}
+
+/// Runs one test executable under memcheck, one test thread: with `SPINDLE_IO` set to `io`
+/// (`None`: unset, the runtime's automatic choice), killed after `limit_secs` if given.
+fn valgrind_one(bin: &TestBin, io: Option<&str>, limit_secs: Option<u32>) -> Result<(), String> {
+    let mut cmd = match limit_secs {
+        Some(secs) => {
+            let mut c = Command::new("timeout");
+            c.args(["-s", "KILL", &secs.to_string(), "valgrind"]);
+            c
+        }
+        None => Command::new("valgrind"),
+    };
+    cmd.args(["--error-exitcode=99", "--quiet"])
+        .arg(&bin.exe)
+        .arg("--test-threads=1")
+        .env("SPINDLE_UNDER_VALGRIND", "1")
+        .env("CARGO_MANIFEST_DIR", &bin.package_dir)
+        .current_dir(&bin.package_dir);
+    match io {
+        Some(io) => cmd.env("SPINDLE_IO", io),
+        None => cmd.env_remove("SPINDLE_IO"),
+    };
+    let name = bin
+        .exe
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned();
+    let (status, stderr) = proc::run_tee_stderr(&mut cmd).map_err(|e| format!("{name}: {e}"))?;
+    let mut why = Vec::new();
+    if !status.success() {
+        why.push(match status.code() {
+            Some(99) => "valgrind reported errors (exit 99)".to_string(),
+            // Killed by `timeout -s KILL` (which then exits 137, or is killed with it).
+            Some(137) | None if limit_secs.is_some() => format!(
+                "did not finish in {} s (killed; {status}): hung",
+                limit_secs.unwrap_or_default()
+            ),
+            _ => format!("{status}"),
+        });
+    }
+    for sign in VALGRIND_BAD_SIGNS {
+        if stderr.contains(sign) {
+            why.push(format!("stderr says {sign:?}"));
+        }
+    }
+    if why.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{name}: {}", why.join(", ")))
     }
 }
 

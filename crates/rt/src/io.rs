@@ -30,8 +30,9 @@ pub type DriverFactory = Arc<dyn Fn() -> io::Result<Box<dyn Driver>> + Send + Sy
 /// (`uring`, `epoll`, `kqueue`, `iocp`, `polling` or `none`) and otherwise takes the
 /// platform's best: on Linux io_uring, falling back to epoll — with one line on stderr saying
 /// why — when the kernel refuses a ring (too old, `io_uring_disabled`, a seccomp profile that
-/// blocks it, a memlock limit too small). A backend asked for explicitly never falls back:
-/// `build` reports its error.
+/// blocks it, a memlock limit too small). Under valgrind `Auto` skips io_uring (valgrind does
+/// not see the kernel's writes into the ring, so a worker waiting for a wake-up there would
+/// never wake). A backend asked for explicitly never falls back: `build` reports its error.
 #[derive(Clone, Default)]
 #[non_exhaustive]
 pub enum IoBackend {
@@ -125,15 +126,24 @@ impl IoBackend {
     }
 }
 
-/// The platform's best backend that works here.
-fn auto() -> Resolved {
-    for candidate in [
+/// The backends `Auto` tries, best first. Under valgrind io_uring is left out: valgrind does
+/// not see the kernel's writes into the ring's shared memory, so a worker waiting in
+/// `io_uring_enter` for a wake-up from another thread is never woken and the program hangs.
+fn auto_candidates(on_valgrind: bool) -> impl Iterator<Item = IoBackend> {
+    [
         IoBackend::IoUring,
         IoBackend::Epoll,
         IoBackend::Kqueue,
         IoBackend::Iocp,
         IoBackend::Polling,
-    ] {
+    ]
+    .into_iter()
+    .filter(move |b| !(on_valgrind && matches!(b, IoBackend::IoUring)))
+}
+
+/// The platform's best backend that works here.
+fn auto() -> Resolved {
+    for candidate in auto_candidates(spindle_stack::running_on_valgrind()) {
         let Some(Resolved::Factory(name, make)) = factory(&candidate) else {
             continue;
         };
@@ -205,5 +215,23 @@ fn name_of(backend: &IoBackend) -> &'static str {
 impl spindle_io::BlockingPool for crate::blocking::BlockingPool {
     fn spawn(&self, job: Box<dyn FnOnce() + Send + 'static>) -> io::Result<()> {
         self.submit(job)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(on_valgrind: bool) -> Vec<&'static str> {
+        auto_candidates(on_valgrind).map(|b| name_of(&b)).collect()
+    }
+
+    #[test]
+    fn auto_tries_io_uring_first_natively_and_never_under_valgrind() {
+        assert_eq!(
+            names(false),
+            ["io_uring", "epoll", "kqueue", "iocp", "polling"]
+        );
+        assert_eq!(names(true), ["epoll", "kqueue", "iocp", "polling"]);
     }
 }
