@@ -33,7 +33,14 @@ struct PoolState {
     /// start takes back its own job, not one queued by another submitter meanwhile.
     queue: VecDeque<(u64, Job)>,
     next_id: u64,
+    /// Threads waiting for work that no submission has claimed yet. A submission that finds
+    /// one claims it here, at once (and counts it in `notified`): the thread lowers nothing
+    /// when it wakes. Lowered by the thread itself, it stayed up until the thread ran, and a
+    /// second submission meanwhile counted on the same thread: two jobs queued behind one
+    /// thread, far below the bound (a job that waits for the other then never ends).
     idle: usize,
+    /// Wake-ups sent to claimed threads and not yet taken by a waking thread.
+    notified: usize,
     threads: usize,
     shutdown: bool,
 }
@@ -46,6 +53,7 @@ impl BlockingPool {
                     queue: VecDeque::new(),
                     next_id: 0,
                     idle: 0,
+                    notified: 0,
                     threads: 0,
                     shutdown: false,
                 }),
@@ -73,6 +81,8 @@ impl BlockingPool {
         state.next_id = id.wrapping_add(1);
         state.queue.push_back((id, job));
         if state.idle > 0 {
+            state.idle -= 1;
+            state.notified += 1;
             drop(state);
             inner.work.notify_one();
             return Ok(());
@@ -146,7 +156,14 @@ fn worker(inner: Arc<Inner>) {
             .wait_timeout(state, inner.keep_alive)
             .unwrap_or_else(|e| e.into_inner());
         state = next;
-        state.idle -= 1;
+        // Claimed by a submission (which lowered `idle` for us), or woken by the timeout, the
+        // shutdown or spuriously (still counted idle). Which thread takes a claim does not
+        // matter: each waking thread takes at most one, and the claimed job is in the queue.
+        if state.notified > 0 {
+            state.notified -= 1;
+        } else {
+            state.idle -= 1;
+        }
         if timeout.timed_out() && state.queue.is_empty() {
             break;
         }

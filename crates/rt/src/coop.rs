@@ -8,7 +8,7 @@
 //! queue. A task woken by the running one into the run-next slot inherits the slice and its
 //! budget (Go's rule), so two tasks waking each other cannot monopolise a worker.
 
-use crate::task::{CancelUnwind, Suspend};
+use crate::task::{CancelUnwind, Header, Suspend};
 use crate::worker::{self, BUDGET};
 
 /// Yields the current coroutine: it goes to the back of its worker's queue and runs again
@@ -25,21 +25,27 @@ pub fn yield_now() {
     match worker::current_task_header() {
         Some(header) => {
             if header.should_unwind() {
-                cancel_unwind();
+                cancel_unwind(header);
             }
             worker::suspend_current(header, Suspend::Yield);
             if header.should_unwind() {
-                cancel_unwind();
+                cancel_unwind(header);
             }
         }
         None => std::thread::yield_now(),
     }
 }
 
-/// Starts the unwind of a cancelled coroutine.
+/// Starts the unwind of a cancelled coroutine (`header` is its own, and it is running).
+///
+/// From here on the coroutine holds cancellation off for good: a destructor that parks while
+/// it unwinds (a sleep, a contended lock, a guard that joins a child) waits as usual instead of
+/// starting a second unwind inside the first, which Rust answers with an abort ("panic in a
+/// destructor during cleanup"). The unwind ends where the coroutine's body catches it.
 #[cold]
 #[inline(never)]
-pub(crate) fn cancel_unwind() -> ! {
+pub(crate) fn cancel_unwind(header: &Header) -> ! {
+    header.hold_off_cancel_for_good();
     std::panic::resume_unwind(Box::new(CancelUnwind))
 }
 

@@ -3,6 +3,7 @@
 use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
+use std::panic::AssertUnwindSafe;
 
 use crate::worker;
 
@@ -14,15 +15,27 @@ use crate::worker;
 #[derive(Default)]
 pub(crate) struct Locals {
     /// Made on first use: most coroutines have none, and an empty `HashMap` is 48 bytes of every
-    /// task (a sixth of it) and a destructor call at its end. (Boxed on purpose, against
-    /// clippy's advice: the box is what keeps the 48 bytes out of the task.)
-    #[allow(clippy::box_collection)]
-    values: Option<Box<HashMap<usize, Box<dyn Any>>>>,
+    /// task (a sixth of it) and a destructor call at its end.
+    map: Option<Box<Map>>,
+}
+
+#[derive(Default)]
+struct Map {
+    values: HashMap<usize, Box<dyn Any>>,
+    /// Keys whose values [`Locals::clear`] has dropped, once per drop. A key dropped once may
+    /// be used again by a later destructor (a fresh value, dropped too); one dropped twice is
+    /// refused, so destructors that use each other's keys (or their own) cannot make values
+    /// that are dropped and made again for ever.
+    dropped: Vec<usize>,
 }
 
 impl Locals {
     /// The value of `key`, made with `init` if there is none yet; a pointer to it (it is
     /// boxed: adding other values, which may move the map's entries, does not move it).
+    ///
+    /// # Panics
+    ///
+    /// If the coroutine is exiting and `key`'s value has already been dropped twice.
     ///
     /// # Safety
     ///
@@ -34,49 +47,60 @@ impl Locals {
         init: impl FnOnce() -> Box<dyn Any>,
     ) -> *const dyn Any {
         // SAFETY: per the contract; the shared borrow ends before `init` runs.
-        let existing = unsafe { &*locals }
-            .values
-            .as_ref()
-            .and_then(|map| map.get(&key))
-            .map(|value| &**value as *const dyn Any);
-        if let Some(value) = existing {
-            return value;
+        if let Some(map) = unsafe { &*locals }.map.as_deref() {
+            if let Some(value) = map.values.get(&key) {
+                return &**value as *const dyn Any;
+            }
+            assert!(
+                map.dropped.iter().filter(|&&k| k == key).count() < 2,
+                "a coroutine-local was used after its value had been dropped twice, by \
+                 destructors of coroutine-locals that use each other (or their own) as the \
+                 coroutine exits"
+            );
         }
         // No borrow of the map while the initialiser runs: it may use other locals (or, through
         // them, this one: then the value it made is kept and ours is dropped).
         let fresh = init();
         // SAFETY: per the contract; `init` has returned, so nothing else borrows the map.
         let map = unsafe { &mut *locals }
-            .values
+            .map
             .get_or_insert_with(Default::default);
-        &**map.entry(key).or_insert(fresh) as *const dyn Any
+        &**map.values.entry(key).or_insert(fresh) as *const dyn Any
     }
 
     /// Drops every value (at the coroutine's exit, on its stack), one at a time and without a
     /// borrow of the map while each destructor runs: a destructor may still use other
-    /// coroutine-locals (those not dropped yet, or fresh ones, which are dropped too).
+    /// coroutine-locals (those not dropped yet, or fresh ones, which are dropped too; a key's
+    /// value is made at most twice: a third use panics). A destructor that panics does not
+    /// stop the others:
+    /// every value is dropped here, and the first panic's payload is returned.
     ///
     /// # Safety
     ///
     /// As for [`get_or_init`](Self::get_or_init).
-    pub(crate) unsafe fn clear(locals: *mut Locals) {
+    pub(crate) unsafe fn clear(locals: *mut Locals) -> Result<(), Box<dyn Any + Send>> {
+        let mut first_panic = None;
         loop {
             let value = {
                 // SAFETY: per the contract; the borrow ends with this block.
-                let Some(map) = unsafe { &mut *locals }.values.as_mut() else {
-                    return;
+                let Some(map) = unsafe { &mut *locals }.map.as_deref_mut() else {
+                    return Ok(());
                 };
-                let Some(key) = map.keys().next().copied() else {
+                let Some(key) = map.values.keys().next().copied() else {
                     break;
                 };
-                map.remove(&key)
+                map.dropped.push(key);
+                map.values.remove(&key)
             };
-            drop(value);
+            if let Err(payload) = std::panic::catch_unwind(AssertUnwindSafe(|| drop(value))) {
+                first_panic.get_or_insert(payload);
+            }
         }
         // Empty now: free the map too.
         // SAFETY: as above.
-        let empty = unsafe { &mut *locals }.values.take();
+        let empty = unsafe { &mut *locals }.map.take();
         drop(empty);
+        first_panic.map_or(Ok(()), Err)
     }
 }
 
@@ -103,6 +127,14 @@ impl<T: 'static> LocalKey<T> {
     /// coroutine), making it first if needed.
     ///
     /// `f` may suspend the coroutine: the value stays with the coroutine.
+    ///
+    /// # Panics
+    ///
+    /// In a coroutine-local's destructor as the coroutine exits, if this key's value has
+    /// already been dropped twice: a destructor may use a local already dropped (a fresh
+    /// value is made and dropped too), but destructors that use each other's keys, or their
+    /// own, would otherwise make and drop values for ever. The panic surfaces at the
+    /// coroutine's `join`, after every other value is dropped.
     pub fn with<R>(&'static self, f: impl FnOnce(&T) -> R) -> R {
         match worker::current_task_header() {
             Some(header) => {

@@ -112,9 +112,17 @@ impl TaskRegistry {
                 spawned.store(spawned.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
             }
             _ => {
-                self.spawns[foreign].0.fetch_add(1, Ordering::Relaxed);
+                // SeqCst: ordered before the spawner's second look at `closing` (`spawn_on`).
+                self.spawns[foreign].0.fetch_add(1, Ordering::SeqCst);
             }
         }
+    }
+
+    /// Takes back a spawn from another thread (`spawned(None)`) whose task was never pushed:
+    /// the runtime closed meanwhile.
+    pub(crate) fn unspawned_foreign(&self) {
+        let foreign = self.spawns.len() - 1;
+        self.spawns[foreign].0.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Adds `task`, which worker `w` is about to run for the first time (on `w`'s own

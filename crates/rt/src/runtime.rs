@@ -695,15 +695,37 @@ impl Runtime {
     /// unwind, then stops and joins the workers. Returns false if some coroutines were still
     /// alive at the timeout (they are abandoned with their stacks: leaked, never freed under
     /// them). Dropping the runtime does this with no timeout.
+    ///
+    /// # Panics
+    ///
+    /// If called (or the runtime dropped) in one of this runtime's own coroutines, which the
+    /// shutdown would wait for.
     pub fn shutdown_timeout(mut self, timeout: Duration) -> bool {
         self.shutdown(Some(timeout))
     }
 
     fn shutdown(&mut self, timeout: Option<Duration>) -> bool {
         let shared = &self.shared;
-        if shared.closing.swap(true, Ordering::AcqRel) && self.threads.is_empty() {
+        if crate::worker::current().is_some_and(|w| Arc::ptr_eq(&w.shared, shared)) {
+            // Shutdown waits for every coroutine to end, this one included: it would wait for
+            // ever. (From a coroutine of *another* runtime it only blocks that worker a while.)
+            const WHY: &str = "a Runtime was dropped (or shut down) by one of its own \
+                               coroutines, which shutdown would wait for: drop it outside the \
+                               runtime, e.g. after block_on returns";
+            if std::thread::panicking() {
+                // A second panic here would abort: say it and leave the runtime running.
+                eprintln!("spindle: {WHY}; it is left running");
+                return false;
+            }
+            panic!("{WHY}");
+        }
+        if shared.closing.swap(true, Ordering::SeqCst) && self.threads.is_empty() {
             return true;
         }
+        // Orders `closing` before the registry's counts below: a spawn from another thread
+        // that these counts miss sees `closing` after counting itself, and backs out
+        // (`spawn::spawn_on`).
+        std::sync::atomic::fence(Ordering::SeqCst);
         // Cancel what is left; the workers run each cancelled coroutine until it unwinds.
         for task in shared.tasks.snapshot() {
             crate::join::cancel_task(&task);

@@ -434,6 +434,23 @@ where
     });
     // Counted now, registered by the worker that first runs it (see `registry`).
     shared.tasks.spawned(here);
+    // A spawn from outside the runtime's workers may race with its shutdown: counted after the
+    // check above, it could come after shutdown found nothing live and went on to stop the
+    // workers, so the task would never run and its `join` never return. So it looks at
+    // `closing` again after counting (`spawned` counts a foreign spawn with a sequentially
+    // consistent increment, and shutdown fences after setting `closing`): either this load
+    // sees `closing` — the spawn is taken back — or shutdown's count sees the spawn and waits
+    // for it (a task started while closing is cancelled before it runs). A spawn on a worker
+    // needs no second look: its coroutine is live until after the count, so shutdown's wait
+    // cannot end before it.
+    if here.is_none() && shared.closing.load(std::sync::atomic::Ordering::SeqCst) {
+        shared.tasks.unspawned_foreign();
+        drop(task_ref);
+        drop(typed);
+        return Err(io::Error::other(
+            "the runtime is shutting down: no new coroutines",
+        ));
+    }
     shared.schedule_from(here, task_ref, Reason::Spawned);
     Ok(JoinHandle { task: typed })
 }

@@ -256,6 +256,14 @@ impl Header {
             && self.state.fetch_and(!State::NOTIFIED, Ordering::AcqRel) & State::NOTIFIED != 0
     }
 
+    /// Holds cancellation off until the coroutine ends (the running coroutine, about to unwind
+    /// for its cancellation or past the end of its body: see `coop::cancel_unwind`).
+    pub(crate) fn hold_off_cancel_for_good(&self) {
+        // Above any depth `CancelGuard`s can reach, so their drops never bring it back to 0.
+        self.no_cancel
+            .set(self.no_cancel.get().saturating_add(1 << 30));
+    }
+
     /// Whether a cancel was requested and may be acted on now.
     #[inline]
     pub(crate) fn should_unwind(&self) -> bool {
@@ -762,16 +770,16 @@ where
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             if header.should_unwind() {
                 // Cancelled before it ever ran: do not run the closure at all.
-                std::panic::resume_unwind(Box::new(CancelUnwind));
+                crate::coop::cancel_unwind(header);
             }
             f()
         }));
+        // The body is over: a cancel that comes now is too late to act on (the result stands),
+        // and a coroutine-local's destructor that parks must not unwind.
+        header.hold_off_cancel_for_good();
         // Coroutine-locals die with the coroutine, on its stack, before it finishes.
-        let locals = header.locals.get();
-        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            // SAFETY: the running coroutine's own locals; nothing borrows them now.
-            unsafe { crate::local::Locals::clear(locals) }
-        }));
+        // SAFETY: the running coroutine's own locals; nothing borrows them now.
+        let dropped = unsafe { crate::local::Locals::clear(header.locals.get()) };
         header.yielder.store(ptr::null_mut(), Ordering::Release);
         match outcome {
             Ok(value) => match dropped {

@@ -565,7 +565,7 @@ impl Hook for WorkerCtx {
         // SAFETY: as in `defer_cancel`.
         let header = unsafe { &*self.current_header.get() };
         if header.should_unwind() {
-            crate::coop::cancel_unwind();
+            crate::coop::cancel_unwind(header);
         }
     }
 
@@ -610,7 +610,7 @@ fn park_current(header: *const Header, deadline: Option<Instant>) -> Wake {
     // SAFETY: called by the running coroutine, whose worker keeps the task alive.
     let header = unsafe { &*header };
     if header.should_unwind() {
-        crate::coop::cancel_unwind();
+        crate::coop::cancel_unwind(header);
     }
     if header.take_permit() {
         // Completed at once: it counts against the slice's budget (see `coop`). A park that
@@ -644,7 +644,7 @@ fn park_current(header: *const Header, deadline: Option<Instant>) -> Wake {
     // unwinds, so that no mark outlives this park.
     let wake = header.resumed();
     if header.should_unwind() {
-        crate::coop::cancel_unwind();
+        crate::coop::cancel_unwind(header);
     }
     wake
 }
