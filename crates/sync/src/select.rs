@@ -135,7 +135,11 @@ impl<T> Arm for RecvArm<'_, T> {
     fn complete(&mut self) {
         let slot = self.slot.take().expect("a completed arm was registered");
         // SAFETY: the waiter was completed with this arm: the slot is ours.
-        *self.out = Some(unsafe { slot.take() }.ok_or(RecvError));
+        let msg = unsafe { slot.take() };
+        if msg.is_some() {
+            self.chan.handoff_taken();
+        }
+        *self.out = Some(msg.ok_or(RecvError));
     }
 
     fn complete_abandoned(&mut self) {
@@ -143,6 +147,7 @@ impl<T> Arm for RecvArm<'_, T> {
             // SAFETY: as in `complete`.
             if let Some(msg) = unsafe { slot.take() } {
                 self.chan.requeue(msg);
+                self.chan.handoff_taken();
             }
         }
     }

@@ -76,7 +76,8 @@ struct Queued {
 ///   `n` permits until the [`SemaphorePermit`] is dropped (or [forgotten](SemaphorePermit::forget)).
 ///   *Errors*: [`TooMany`](AcquireError::TooMany) if `n > MAX_PERMITS` (it could never be
 ///   satisfied; no panic), [`Closed`](AcquireError::Closed) if the semaphore is or becomes
-///   closed. `n == 0` succeeds at once.
+///   closed. `n == 0` succeeds at once, in every form (`try_`, timed, async), even with
+///   waiters queued (unless the semaphore is closed).
 /// * `try_acquire*`: never block; [`NoPermits`](AcquireError::NoPermits) if not enough are
 ///   available *or others are queued* (they come first). `*_timeout` / `*_deadline`:
 ///   [`TimedOut`](AcquireError::TimedOut) at the deadline; permits granted as it passes are
@@ -207,6 +208,10 @@ impl Semaphore {
         loop {
             if s & CLOSED != 0 {
                 return Err(AcquireError::Closed);
+            }
+            if n == 0 {
+                // Nothing to take, so nobody to wait for: every form succeeds at once.
+                return Ok(SemaphorePermit { sem: self, n });
             }
             if s & PARKED != 0 || s >> SHIFT < n {
                 return Err(AcquireError::NoPermits);

@@ -194,6 +194,34 @@ fn recv_cancel_races_send() {
 }
 
 #[test]
+fn disconnect_waits_for_a_handed_over_message_to_be_taken() {
+    // Two receivers; the sender sends one message and goes. The message may be handed to the
+    // receiver that is then cancelled (its guard gives it back). The other receiver may see
+    // "disconnected" only once no message can come any more: then none is left behind.
+    model(
+        "disconnect_waits_for_a_handed_over_message_to_be_taken",
+        || {
+            let (s, r) = spindle_sync::mpmc::unbounded::<i32>();
+            let r2 = r.clone();
+            let sender = thread::spawn(move || s.send(1).unwrap());
+            let other = thread::spawn(move || r2.recv());
+            let mine = cancelled_at_park(|| r.recv());
+            sender.join().unwrap();
+            let theirs = other.join().unwrap();
+            let left = r.try_recv();
+            let got = [mine.and_then(Result::ok), theirs.ok(), left.ok()];
+            assert_eq!(got.iter().flatten().count(), 1, "exactly once: {got:?}");
+            if theirs.is_err() {
+                assert!(
+                    left.is_err(),
+                    "told disconnected, yet a message was left: {left:?}"
+                );
+            }
+        },
+    );
+}
+
+#[test]
 fn send_cancel_races_recv() {
     model("send_cancel_races_recv", || {
         let (s, r) = bounded::<i32>(0);

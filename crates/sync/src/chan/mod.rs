@@ -25,6 +25,14 @@
 //! Disconnection (the last sender or the last receiver dropped) completes every waiter on the
 //! other side without a message: a receiver's empty slot then means "disconnected", a
 //! sender's still-full slot means "no receiver": it gets its message back.
+//!
+//! **A message handed to a waiting receiver counts as a sender until that receiver takes it**
+//! (`senders` is raised at the hand-over and lowered by [`Chan::handoff_taken`]): the receiver
+//! may still give it back ([`Chan::requeue`]: its coroutine was cancelled, its future dropped,
+//! its select abandoned, right after the hand-over), and until then the channel is not
+//! disconnected. Otherwise the last sender's drop told the other waiting receivers
+//! "disconnected" while the message was on its way back into the buffer, where nobody would
+//! look for it again.
 
 pub(crate) mod deque;
 pub(crate) mod error;
@@ -322,6 +330,7 @@ impl<T> Chan<T> {
             if entry.claim() {
                 // SAFETY: we claimed the waiter: its slot is ours until we publish.
                 unsafe { entry.slot().put(msg) };
+                self.handed_over();
                 return Ok(AfterUnlock::complete(entry));
             }
             // Completed elsewhere or aborted: its owner no longer needs the entry.
@@ -565,7 +574,9 @@ impl<T> Chan<T> {
                 // SAFETY: completed: the slot is ours again.
                 let msg = unsafe { packet.slot.take() };
                 self.recycle(packet);
-                msg.ok_or(RecvTimeoutError::Disconnected)
+                let msg = msg.ok_or(RecvTimeoutError::Disconnected)?;
+                self.handoff_taken();
+                Ok(msg)
             }
             None => {
                 // (Unregistered: the abort.)
@@ -639,6 +650,9 @@ impl<T> Chan<T> {
             // SAFETY: completed: the slot is ours again.
             let msg = unsafe { packet.slot.take() };
             *pending = None;
+            if msg.is_some() {
+                self.handoff_taken();
+            }
             return Poll::Ready(msg.ok_or(RecvError));
         }
         let mut st = self.lock();
@@ -696,6 +710,7 @@ impl<T> Chan<T> {
             // SAFETY: completed: the slot is ours.
             if let Some(msg) = unsafe { slot.take() } {
                 self.requeue(msg);
+                self.handoff_taken();
             }
         }
     }
@@ -763,7 +778,9 @@ impl<T> Chan<T> {
 
     /// Puts back a message a receiver was handed but cannot take (its coroutine was cancelled
     /// in the same instant): to a waiting receiver, or at the front of the buffer (over the
-    /// capacity if need be), so it is not lost. Dropped if every receiver is gone.
+    /// capacity if need be), so it is not lost. Dropped if every receiver is gone. The caller
+    /// then calls [`handoff_taken`](Self::handoff_taken) for the hand-over it gives back
+    /// (after this: a hand-over made here counts before that one stops counting).
     pub(crate) fn requeue(&self, msg: T) {
         let mut st = self.lock();
         if st.rx_gone {
@@ -777,6 +794,7 @@ impl<T> Chan<T> {
             if entry.claim() {
                 // SAFETY: claimed: the slot is ours until we publish.
                 unsafe { entry.slot().put(msg.take().expect("once")) };
+                self.handed_over();
                 after = AfterUnlock::complete(entry);
                 break;
             }
@@ -799,7 +817,25 @@ impl<T> Chan<T> {
         self.receivers.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The last sender is gone: complete every waiting receiver with "disconnected".
+    /// A message was put into a waiting receiver's slot (under the lock): it counts as a
+    /// sender until [`handoff_taken`](Self::handoff_taken) (see the module docs).
+    #[inline]
+    fn handed_over(&self) {
+        // Relaxed: ordered against the senders' drops by being read-modify-writes of the same
+        // counter, and against the receiver's `handoff_taken` by the hand-over itself.
+        self.senders.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The receiver handed a message took it, or gave it back through
+    /// [`requeue`](Self::requeue): it no longer counts as a sender, and if it was the last,
+    /// the channel is disconnected now.
+    #[inline]
+    pub(crate) fn handoff_taken(&self) {
+        self.drop_sender();
+    }
+
+    /// The last sender is gone (or the last hand-over counting as one was taken): complete
+    /// every waiting receiver with "disconnected".
     pub(crate) fn drop_sender(&self) {
         if self.senders.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
