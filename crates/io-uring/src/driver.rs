@@ -4,7 +4,7 @@ use std::cell::{Cell, RefCell, UnsafeCell};
 use std::fmt;
 use std::io;
 use std::marker::PhantomData;
-use std::os::fd::RawFd;
+use std::os::fd::{FromRawFd, IntoRawFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Waker;
@@ -614,10 +614,19 @@ impl UringDriver {
             Some(Why::Cancelled) => {
                 // The kernel is done with the buffers: let the cancellation unwind now. If an
                 // outer guard still defers it, report what the operation did: its data, or
-                // ECANCELED.
+                // ECANCELED. An accept that completed as the cancel came made a connection:
+                // owned across the unwind, so that it is closed, not leaked.
+                let accepted = (kind == OpKind::Accept && res >= 0).then(|| {
+                    // SAFETY: a successful accept's result is a new descriptor that nothing
+                    // else owns yet.
+                    unsafe { std::os::fd::OwnedFd::from_raw_fd(res) }
+                });
                 drop(guard);
                 spindle_park::checkpoint();
-                to_result(if cut_short { -libc::ECANCELED } else { res })
+                match accepted {
+                    Some(fd) => to_result(fd.into_raw_fd()),
+                    None => to_result(if cut_short { -libc::ECANCELED } else { res }),
+                }
             }
             _ => to_result(res),
         }

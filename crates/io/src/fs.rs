@@ -6,13 +6,24 @@ use std::fmt;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::driver::{Op, OpKind};
 use crate::source::Evented;
 
 /// The largest buffer bounced through the heap for a coroutine on a copying stack.
 const BOUNCE_MAX: usize = 1 << 20;
+
+// Jobs on the blocking pool run while the calling coroutine is suspended. A coroutine on a
+// copying (shared) stack has its stack bytes elsewhere then, and another coroutine's in their
+// place: a job must not read anything on that stack — not the caller's buffers (bounced
+// through the heap), not the `File` (a local, usually: `File::job` gives the job a duplicate
+// of its descriptor), not a path or options the caller holds (`owned_path`; options cloned).
+
+/// `path` as an owned path for a job (one allocation; the job then reads no caller memory).
+fn owned_path(path: &Path) -> PathBuf {
+    path.to_path_buf()
+}
 
 /// An open file.
 ///
@@ -43,8 +54,8 @@ impl File {
     ///
     /// As [`std::fs::File::open`].
     pub fn open<P: AsRef<Path>>(path: P) -> io::Result<File> {
-        let path = path.as_ref();
-        Ok(File::from_std(crate::offload(|| {
+        let path = owned_path(path.as_ref());
+        Ok(File::from_std(crate::offload(move || {
             std::fs::File::open(path)
         })??))
     }
@@ -55,8 +66,8 @@ impl File {
     ///
     /// As [`std::fs::File::create`].
     pub fn create<P: AsRef<Path>>(path: P) -> io::Result<File> {
-        let path = path.as_ref();
-        Ok(File::from_std(crate::offload(|| {
+        let path = owned_path(path.as_ref());
+        Ok(File::from_std(crate::offload(move || {
             std::fs::File::create(path)
         })??))
     }
@@ -67,8 +78,8 @@ impl File {
     ///
     /// As [`std::fs::OpenOptions::open`].
     pub fn open_with<P: AsRef<Path>>(path: P, options: &std::fs::OpenOptions) -> io::Result<File> {
-        let path = path.as_ref();
-        Ok(File::from_std(crate::offload(|| options.open(path))??))
+        let (path, options) = (owned_path(path.as_ref()), options.clone());
+        Ok(File::from_std(crate::offload(move || options.open(path))??))
     }
 
     /// Wraps a std file.
@@ -110,13 +121,28 @@ impl File {
         }) {
             return r.map(drop);
         }
-        crate::offload(|| {
+        self.job(move |file| {
             if data_only {
-                self.inner.sync_data()
+                file.sync_data()
             } else {
-                self.inner.sync_all()
+                file.sync_all()
             }
-        })?
+        })
+    }
+
+    /// Runs `f` with the file on the blocking pool. On a copying stack `f` gets a duplicate
+    /// of the descriptor (`dup`), moved into the job: `self` may be on that stack.
+    fn job<T: Send>(
+        &self,
+        f: impl FnOnce(&std::fs::File) -> io::Result<T> + Send,
+    ) -> io::Result<T> {
+        if spindle_park::on_copying_stack() {
+            let file = self.inner.try_clone()?;
+            crate::offload(move || f(&file))?
+        } else {
+            let file = &self.inner;
+            crate::offload(move || f(file))?
+        }
     }
 
     /// Truncates or extends the file.
@@ -125,7 +151,7 @@ impl File {
     ///
     /// As [`std::fs::File::set_len`].
     pub fn set_len(&self, size: u64) -> io::Result<()> {
-        crate::offload(|| self.inner.set_len(size))?
+        self.job(move |file| file.set_len(size))
     }
 
     /// The file's metadata.
@@ -134,7 +160,7 @@ impl File {
     ///
     /// As [`std::fs::File::metadata`].
     pub fn metadata(&self) -> io::Result<std::fs::Metadata> {
-        crate::offload(|| self.inner.metadata())?
+        self.job(std::fs::File::metadata)
     }
 
     /// Reads at `offset` without moving the file position (`pread`).
@@ -179,23 +205,19 @@ impl File {
         }) {
             return r;
         }
-        let file = &self.inner;
-        let read = move |buf: &mut [u8]| match offset {
+        let read = move |file: &std::fs::File, buf: &mut [u8]| match offset {
             None => (&*file).read(buf),
             Some(at) => file.read_at(buf, at),
         };
         if spindle_park::on_copying_stack() {
             // The pool thread must not write into a stack whose bytes move meanwhile.
             let mut bounce = vec![0u8; buf.len().min(BOUNCE_MAX)];
-            let (n, bounce) = crate::offload(move || {
-                let n = read(&mut bounce);
-                (n, bounce)
-            })?;
+            let (n, bounce) = self.job(move |file| Ok((read(file, &mut bounce), bounce)))?;
             let n = n?.min(buf.len());
             buf[..n].copy_from_slice(&bounce[..n]);
             Ok(n)
         } else {
-            crate::offload(|| read(buf))?
+            self.job(|file| read(file, buf))
         }
     }
 
@@ -220,16 +242,15 @@ impl File {
         }) {
             return r;
         }
-        let file = &self.inner;
-        let write = move |buf: &[u8]| match offset {
+        let write = move |file: &std::fs::File, buf: &[u8]| match offset {
             None => (&*file).write(buf),
             Some(at) => file.write_at(buf, at),
         };
         if spindle_park::on_copying_stack() {
             let bounce = buf[..buf.len().min(BOUNCE_MAX)].to_vec();
-            crate::offload(move || write(&bounce))?
+            self.job(move |file| write(file, &bounce))
         } else {
-            crate::offload(|| write(buf))?
+            self.job(|file| write(file, buf))
         }
     }
 }
@@ -315,8 +336,8 @@ impl fmt::Debug for File {
 ///
 /// As [`std::fs::read`].
 pub fn read<P: AsRef<Path>>(path: P) -> io::Result<Vec<u8>> {
-    let path = path.as_ref();
-    crate::offload(|| std::fs::read(path))?
+    let path = owned_path(path.as_ref());
+    crate::offload(move || std::fs::read(path))?
 }
 
 /// Reads a whole file as UTF-8.
@@ -325,8 +346,8 @@ pub fn read<P: AsRef<Path>>(path: P) -> io::Result<Vec<u8>> {
 ///
 /// As [`std::fs::read_to_string`].
 pub fn read_to_string<P: AsRef<Path>>(path: P) -> io::Result<String> {
-    let path = path.as_ref();
-    crate::offload(|| std::fs::read_to_string(path))?
+    let path = owned_path(path.as_ref());
+    crate::offload(move || std::fs::read_to_string(path))?
 }
 
 /// Writes a whole file (created or truncated).
@@ -335,8 +356,14 @@ pub fn read_to_string<P: AsRef<Path>>(path: P) -> io::Result<String> {
 ///
 /// As [`std::fs::write`].
 pub fn write<P: AsRef<Path>, C: AsRef<[u8]>>(path: P, contents: C) -> io::Result<()> {
-    let (path, contents) = (path.as_ref(), contents.as_ref());
-    crate::offload(|| std::fs::write(path, contents))?
+    let path = owned_path(path.as_ref());
+    let contents = contents.as_ref();
+    if spindle_park::on_copying_stack() {
+        let contents = contents.to_vec();
+        crate::offload(move || std::fs::write(path, contents))?
+    } else {
+        crate::offload(move || std::fs::write(path, contents))?
+    }
 }
 
 /// Removes a file.
@@ -345,8 +372,8 @@ pub fn write<P: AsRef<Path>, C: AsRef<[u8]>>(path: P, contents: C) -> io::Result
 ///
 /// As [`std::fs::remove_file`].
 pub fn remove_file<P: AsRef<Path>>(path: P) -> io::Result<()> {
-    let path = path.as_ref();
-    crate::offload(|| std::fs::remove_file(path))?
+    let path = owned_path(path.as_ref());
+    crate::offload(move || std::fs::remove_file(path))?
 }
 
 /// Creates a directory and its missing parents.
@@ -355,8 +382,8 @@ pub fn remove_file<P: AsRef<Path>>(path: P) -> io::Result<()> {
 ///
 /// As [`std::fs::create_dir_all`].
 pub fn create_dir_all<P: AsRef<Path>>(path: P) -> io::Result<()> {
-    let path = path.as_ref();
-    crate::offload(|| std::fs::create_dir_all(path))?
+    let path = owned_path(path.as_ref());
+    crate::offload(move || std::fs::create_dir_all(path))?
 }
 
 /// A path's metadata (following symlinks).
@@ -365,6 +392,6 @@ pub fn create_dir_all<P: AsRef<Path>>(path: P) -> io::Result<()> {
 ///
 /// As [`std::fs::metadata`].
 pub fn metadata<P: AsRef<Path>>(path: P) -> io::Result<std::fs::Metadata> {
-    let path = path.as_ref();
-    crate::offload(|| std::fs::metadata(path))?
+    let path = owned_path(path.as_ref());
+    crate::offload(move || std::fs::metadata(path))?
 }
