@@ -516,24 +516,32 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
             match t.data & TAG {
                 YIELDED => {
                     // It caught the unwind and suspended again; its next `suspend` unwinds
-                    // again on the next round. Drop what it yielded.
+                    // again on the next round. Drop what it yielded — after the stack knows it
+                    // suspended, and catching a panic of that drop (kept as the escaped one):
+                    // leaving here early kept a copying stack's region busy for good, refusing
+                    // every other coroutine on it.
                     // SAFETY: as in `switched_back`.
-                    drop(unsafe { Slot::<Yield>::take(t.data) });
+                    let value = unsafe { Slot::<Yield>::take(t.data) };
                     if S::COPYING {
                         // SAFETY: it has just suspended with this stack pointer.
                         unsafe { self.stack.after_suspend(t.context.as_ptr()) };
                     }
                     self.context = Some(t.context);
+                    drop_catching(value, &mut escaped);
                 }
                 RETURNED => {
                     // SAFETY: as in `switched_back`.
-                    drop(unsafe { Slot::<Return>::take(t.data) });
+                    let value = unsafe { Slot::<Return>::take(t.data) };
                     self.finished(t.context.as_ptr());
+                    drop_catching(value, &mut escaped);
                 }
                 PANICKED => {
                     // SAFETY: as in `switched_back`.
-                    escaped = Some(unsafe { Slot::<Box<dyn Any + Send>>::take(t.data) });
+                    let payload = unsafe { Slot::<Box<dyn Any + Send>>::take(t.data) };
                     self.finished(t.context.as_ptr());
+                    if escaped.is_none() {
+                        escaped = Some(payload);
+                    }
                 }
                 _ => self.finished(t.context.as_ptr()), // UNWOUND
             }
@@ -550,6 +558,16 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
             }
         }
         true
+    }
+}
+
+/// Drops `value`; if its destructor panics, keeps the payload in `escaped` (unless one is
+/// there already: that one propagates, this one is dropped).
+fn drop_catching<T>(value: T, escaped: &mut Option<Box<dyn Any + Send>>) {
+    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(value)))
+        && escaped.is_none()
+    {
+        *escaped = Some(payload);
     }
 }
 
