@@ -162,6 +162,12 @@ impl<T: Send + 'static> JoinHandle<T> {
     /// `join` then reports [`JoinError::Cancelled`]. A coroutine that holds a
     /// [`CancelGuard`] is cancelled when it drops the last one. A coroutine that never
     /// suspends cannot be cancelled. Cancelling a finished coroutine does nothing.
+    ///
+    /// Once the unwind has begun (or the coroutine's closure has returned), the cancellation
+    /// is spent: a destructor that suspends on the way out (a sleep, a lock, a join of a
+    /// child) waits as usual instead of unwinding again. While such a destructor waits,
+    /// `std::thread::panicking()` reads `true` on that worker thread — for the other
+    /// coroutines it runs too (the panic count is the thread's, not the coroutine's).
     pub fn cancel(&self) {
         cancel_task(self.task.task_ref());
     }
