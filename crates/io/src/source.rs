@@ -166,7 +166,10 @@ impl Evented {
         deadline: Option<Instant>,
         mut op: impl FnMut() -> io::Result<R>,
     ) -> io::Result<R> {
-        let mut first = true;
+        // Counted before the call (the yield this may make is a cancellation point, which after
+        // the call would lose its result), so that a task whose source is always ready cannot
+        // keep its worker for ever.
+        spindle_park::consume_budget();
         loop {
             // The snapshot is taken before the call: an event that arrives after the call
             // failed moves the tick, and the clear below then erases nothing.
@@ -176,16 +179,8 @@ impl Evented {
             match op() {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                done => {
-                    if first {
-                        // Done without suspending: count it, so that a task whose source is
-                        // always ready cannot keep its worker for ever.
-                        spindle_park::consume_budget();
-                    }
-                    return done;
-                }
+                done => return done,
             }
-            first = false;
             self.wait_ready(dir.interest(), deadline, snapshot)?;
         }
     }
@@ -449,7 +444,8 @@ impl Evented {
         len: usize,
         mut op: impl FnMut() -> io::Result<usize>,
     ) -> io::Result<usize> {
-        let mut first = true;
+        // Counted first, as in `readiness_op`.
+        spindle_park::consume_budget();
         let mut waited = false;
         loop {
             let snapshot = self
@@ -465,7 +461,6 @@ impl Evented {
                 // drain, a new registration or poll(2) reports data already there). Once only:
                 // after any wait the call is made, as the paths that do not go through this
                 // registration (poll(2), the blocking pool) leave its readiness as it was.
-                first = false;
                 waited = true;
                 self.wait_ready(Interest::READABLE, deadline, None)?;
                 continue;
@@ -474,9 +469,6 @@ impl Evented {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 done => {
-                    if first {
-                        spindle_park::consume_budget();
-                    }
                     if let Ok(n) = done
                         && n > 0
                         && n < len
@@ -492,7 +484,6 @@ impl Evented {
                     return done;
                 }
             }
-            first = false;
             waited = true;
             self.wait_ready(Interest::READABLE, deadline, snapshot)?;
         }
@@ -515,13 +506,12 @@ impl Evented {
             // sends stay overlapped.)
             #[cfg(unix)]
             if kind == OpKind::Send {
+                // Counted before the call, as in `readiness_op`.
+                spindle_park::consume_budget();
                 match nb(buf) {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    done => {
-                        spindle_park::consume_budget();
-                        return done;
-                    }
+                    done => return done,
                 }
             }
             if spindle_park::on_copying_stack() {

@@ -145,9 +145,11 @@ pub trait Hook {
         false
     }
 
-    /// An operation completed without suspending (data was already there): counts against the
-    /// task's time slice, and may yield to let other tasks run when it is used up. Only called
-    /// when [`in_task`](Hook::in_task) is true. The default does nothing.
+    /// An operation is about to be made (one that may complete without suspending: data already
+    /// there): counts against the task's time slice, and may yield to let other tasks run when
+    /// it is used up (a cancellation point). Called without asking [`in_task`](Hook::in_task)
+    /// first (it is on every such operation's path): outside a task it must do nothing. The
+    /// default does nothing.
     fn consume_budget(&self) {}
 
     /// Starts (`true`) or ends (`false`) one level of keeping the current task on its thread
@@ -473,13 +475,21 @@ impl std::fmt::Debug for PinGuard {
     }
 }
 
-/// Tells the runtime that an operation completed without suspending (data was already there),
-/// so that a task whose reads always succeed cannot keep its worker for ever: when its slice's
-/// budget is used up, this yields. Does nothing outside a task.
+/// Counts an operation against the current task's budget, so that a task whose operations
+/// always complete at once (data already there) cannot keep its worker for ever: when its
+/// slice's budget is used up, this yields. Call it before the operation: the yield is a
+/// cancellation point, and an unwind after the operation would lose its result. Does nothing
+/// outside a task.
 pub fn consume_budget() {
-    if let Some(hook) = task_hook() {
-        hook.consume_budget();
+    let Ok(hook) = HOOK.try_with(Cell::get) else {
+        return;
+    };
+    if hook.is_null() {
+        return;
     }
+    // SAFETY: as in `task_hook` (installed by `with_hook` while the hook is alive; used only
+    // during this call). No `in_task` check: the hook's `consume_budget` makes it (see there).
+    unsafe { &*hook }.consume_budget();
 }
 
 /// Whether the current task was asked to cancel. False outside a task.

@@ -49,18 +49,26 @@ pub(crate) fn cancel_unwind(header: &Header) -> ! {
     std::panic::resume_unwind(Box::new(CancelUnwind))
 }
 
-/// Counts one operation that completed without blocking against the current coroutine's
-/// budget, and yields if the budget or the time slice is used up. A no-op outside a
-/// coroutine.
+/// Counts one operation against the current coroutine's budget, and yields if the budget or
+/// the time slice is used up. A no-op outside a coroutine. Call it *before* the operation:
+/// the yield is a cancellation point (a cancelled coroutine unwinds there), and an unwind
+/// after the operation would lose what it did (a message received, bytes read).
 pub fn consume_budget() {
     consume_budget_here();
 }
 
 pub(crate) fn consume_budget_here() {
-    let Some(ctx) = worker::current() else { return };
-    if !ctx.coroutine_running() {
-        return;
+    if let Some(ctx) = worker::current() {
+        consume_budget_in(ctx);
     }
+}
+
+/// [`consume_budget_here`] on worker `ctx` (this thread's).
+#[inline]
+pub(crate) fn consume_budget_in(ctx: &worker::WorkerCtx) {
+    let Some(header) = ctx.running_header() else {
+        return;
+    };
     let left = ctx.budget.get().saturating_sub(1);
     ctx.budget.set(left);
     let slice_over = ctx.shared.counters[ctx.index]
@@ -69,6 +77,13 @@ pub(crate) fn consume_budget_here() {
         >= 2;
     if left == 0 || slice_over {
         ctx.budget.set(BUDGET);
-        yield_now();
+        // `yield_now` for the header at hand (a cancellation point, as documented).
+        if header.should_unwind() {
+            cancel_unwind(header);
+        }
+        worker::suspend_current(header, Suspend::Yield);
+        if header.should_unwind() {
+            cancel_unwind(header);
+        }
     }
 }

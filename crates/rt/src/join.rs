@@ -122,6 +122,8 @@ impl<T: Send + 'static> JoinHandle<T> {
     #[inline]
     pub fn join(self) -> Result<T, JoinError> {
         self.refuse_own();
+        // Counted before the result is taken: the yield this may make is a cancellation point.
+        crate::coop::consume_budget_here();
         loop {
             if let Some(result) = self.take_or_register() {
                 return result;
@@ -145,7 +147,6 @@ impl<T: Send + 'static> JoinHandle<T> {
         let mut slot = self.task.join().slot.lock();
         if let Some(result) = slot.result.take() {
             drop(slot);
-            crate::coop::consume_budget_here();
             return Some(result.map_err(JoinError::from));
         }
         slot.waiter = Some(spindle_park::waker());

@@ -230,6 +230,16 @@ impl WorkerCtx {
         !self.current_header.get().is_null()
     }
 
+    /// The header of the coroutine running on this worker, if one is (the caller runs on this
+    /// worker's thread: in that coroutine, since a worker runs nothing else while one runs).
+    #[inline]
+    pub(crate) fn running_header(&self) -> Option<&Header> {
+        let header = self.current_header.get();
+        // SAFETY: the worker keeps the running task alive (in `current`) while its coroutine
+        // runs, and the reference does not outlive `self`'s borrow.
+        (!header.is_null()).then(|| unsafe { &*header })
+    }
+
     fn schedule_loop(&self) {
         let shared = &*self.shared;
         let counters = &shared.counters[self.index];
@@ -570,7 +580,7 @@ impl Hook for WorkerCtx {
     }
 
     fn consume_budget(&self) {
-        crate::coop::consume_budget_here();
+        crate::coop::consume_budget_in(self);
     }
 
     fn pin(&self, pin: bool) {

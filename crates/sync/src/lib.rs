@@ -153,9 +153,13 @@
 //!   another worker or a plain thread answers within microseconds, while a park and wake-up can
 //!   cost a sleeping worker thread's wake-up); a peer on the same worker cannot run while one
 //!   spins, so completions from the waiter's own thread turn spinning off. A spinning waiter is
-//!   not woken (it sees the completion by itself). An operation completed while spinning
-//!   counts against the runtime's cooperative budget (`spindle_park::consume_budget`), so a
-//!   coroutine whose operations keep completing that way still yields its worker now and then.
+//!   not woken (it sees the completion by itself). Every blocking `send`/`recv` counts against
+//!   the runtime's cooperative budget (`spindle_park::consume_budget`) before it acts, and so
+//!   does an operation completed while spinning: a coroutine whose channel always has a
+//!   message (or room) still yields its worker now and then. That yield is a cancellation
+//!   point: a cancelled coroutine unwinds there, before its `recv` takes a message (none is
+//!   lost) or its `send` takes the caller's (which unwinds with the caller, as from a blocked
+//!   send).
 //! * Boost.Fiber's channel status matrix maps onto the result types: *success* `Ok`, *empty*
 //!   `TryRecvError::Empty`, *full* `TrySendError::Full`, *closed* `…::Disconnected`,
 //!   *timeout* `…::Timeout`.

@@ -437,6 +437,10 @@ impl<T> Chan<T> {
         msg: T,
         deadline: Option<Instant>,
     ) -> Result<(), SendTimeoutError<T>> {
+        // Every send counts against the runtime's cooperative budget, so that a coroutine whose
+        // channel always has room cannot keep its worker; before it does anything, since the
+        // yield this may make is a cancellation point.
+        crate::loom::consume_budget();
         let packet = match self.send_or_register(msg, deadline) {
             Ok(done) => return done,
             Err(packet) => packet,
@@ -517,6 +521,8 @@ impl<T> Chan<T> {
     /// Inlined around its wait, as [`send_until`](Self::send_until).
     #[inline(always)]
     pub(crate) fn recv_until(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        // As in `send_until`: a channel that always has a message must not keep the worker.
+        crate::loom::consume_budget();
         let packet = match self.recv_or_register(deadline) {
             Ok(done) => return done,
             Err(packet) => packet,
