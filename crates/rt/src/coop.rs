@@ -23,16 +23,20 @@ use crate::worker::{self, BUDGET};
 #[inline]
 pub fn yield_now() {
     match worker::current_task_header() {
-        Some(header) => {
-            if header.should_unwind() {
-                cancel_unwind(header);
-            }
-            worker::suspend_current(header, Suspend::Yield);
-            if header.should_unwind() {
-                cancel_unwind(header);
-            }
-        }
+        Some(header) => yield_task(header),
         None => std::thread::yield_now(),
+    }
+}
+
+/// [`yield_now`] for the running coroutine whose header is `header` (a cancellation point).
+#[inline]
+fn yield_task(header: &Header) {
+    if header.should_unwind() {
+        cancel_unwind(header);
+    }
+    worker::suspend_current(header, Suspend::Yield);
+    if header.should_unwind() {
+        cancel_unwind(header);
     }
 }
 
@@ -77,13 +81,6 @@ pub(crate) fn consume_budget_in(ctx: &worker::WorkerCtx) {
         >= 2;
     if left == 0 || slice_over {
         ctx.budget.set(BUDGET);
-        // `yield_now` for the header at hand (a cancellation point, as documented).
-        if header.should_unwind() {
-            cancel_unwind(header);
-        }
-        worker::suspend_current(header, Suspend::Yield);
-        if header.should_unwind() {
-            cancel_unwind(header);
-        }
+        yield_task(header);
     }
 }

@@ -379,10 +379,9 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
+    let closed = || io::Error::other("the runtime is shutting down: no new coroutines");
     if shared.closing.load(std::sync::atomic::Ordering::Acquire) {
-        return Err(io::Error::other(
-            "the runtime is shutting down: no new coroutines",
-        ));
+        return Err(closed());
     }
     let here = worker::current_index(shared);
     let plan = match builder.stack {
@@ -447,9 +446,7 @@ where
         shared.tasks.unspawned_foreign();
         drop(task_ref);
         drop(typed);
-        return Err(io::Error::other(
-            "the runtime is shutting down: no new coroutines",
-        ));
+        return Err(closed());
     }
     shared.schedule_from(here, task_ref, Reason::Spawned);
     Ok(JoinHandle { task: typed })

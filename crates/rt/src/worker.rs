@@ -129,11 +129,7 @@ pub(crate) fn current_shared() -> Option<Arc<Shared>> {
 /// The header of the task running on this thread, if a coroutine of a runtime runs here.
 #[inline]
 pub(crate) fn current_task_header() -> Option<&'static Header> {
-    let ctx = current()?;
-    let header = ctx.current_header.get();
-    // SAFETY: the worker keeps the running task alive (in `current`) while its coroutine runs,
-    // and the caller is that coroutine.
-    (!header.is_null()).then(|| unsafe { &*header })
+    current()?.running_header()
 }
 
 /// The task running on this thread.
