@@ -145,7 +145,7 @@ fn recurse_to(floor: usize, depth: usize) -> usize {
 
 /// A grown pooled growable stack is shrunk back and grows again correctly on reuse.
 #[test]
-#[ignore]
+#[ignore = "child process of growable_pool_reuse (it may abort on a stack overflow)"]
 fn child_growable_pool_reuse() {
     if !is_child("child_growable_pool_reuse") {
         return;
@@ -185,7 +185,7 @@ fn growable_pool_reuse() {
 
 /// A coroutine can use (almost) all of a growable stack's max.
 #[test]
-#[ignore]
+#[ignore = "child process of growable_near_max (it may abort on a stack overflow)"]
 fn child_growable_near_max() {
     if !is_child("child_growable_near_max") {
         return;
