@@ -170,7 +170,9 @@ pub fn legs() -> Vec<Leg> {
                 // `--tests`: rustdoc would build the doctests without `--cfg loom`.
                 proc::run(
                     cargo()
-                        .env("RUSTFLAGS", "--cfg loom")
+                        // Overflow checks on in this release build: a count that wraps
+                        // (a lock's reader count) fails the model instead of passing silently.
+                        .env("RUSTFLAGS", "--cfg loom -C overflow-checks=on")
                         .env("LOOM_MAX_PREEMPTIONS", "2")
                         .env("CARGO_TARGET_DIR", target.join("loom"))
                         .args([

@@ -8,7 +8,7 @@
 //! deadlock. The models also check that every task runs exactly once, on its home if pinned,
 //! and that no worker is counted as spinning or sleeping at the end.
 //!
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p spindle-sched --release --test loom_idle`
+//! `RUSTFLAGS="--cfg loom -C overflow-checks=on" LOOM_MAX_PREEMPTIONS=2 cargo test -p spindle-sched --release --test loom_idle`
 #![cfg(loom)]
 #![cfg(all(feature = "fifo", feature = "round-robin", feature = "work-stealing"))]
 

@@ -4,7 +4,7 @@
 //! Under loom crossbeam's deque is replaced by a `Mutex<VecDeque>` stand-in (see
 //! `src/deque.rs`): these models check the policies' own protocol.
 //!
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p spindle-sched --release --test loom_policies`
+//! `RUSTFLAGS="--cfg loom -C overflow-checks=on" LOOM_MAX_PREEMPTIONS=2 cargo test -p spindle-sched --release --test loom_policies`
 #![cfg(loom)]
 #![cfg(all(feature = "fifo", feature = "round-robin", feature = "work-stealing"))]
 

@@ -362,9 +362,12 @@ impl RawMutex {
                     }
                     break front.cx;
                 }
-            } else if front.cx.try_select(OP_RETRY) {
+            } else if front.cx.try_claim() {
                 // Unlock, mark the waiter woken, keep PARKED as the queue says (WOKEN is
-                // cleared concurrently by a woken waiter: read-modify-write).
+                // cleared concurrently by a woken waiter: read-modify-write). The waiter sees
+                // its wake-up only after (`publish_claimed`): one that saw it first could clear
+                // WOKEN before it was set, leaving it set with nobody on the way — every later
+                // unlock would then skip the queue.
                 let mut s = self.state.load(Ordering::Relaxed);
                 loop {
                     let new = (s & !(LOCKED | PARKED)) | WOKEN | parked;
@@ -378,6 +381,7 @@ impl RawMutex {
                         Err(now) => s = now,
                     }
                 }
+                front.cx.publish_claimed(OP_RETRY);
                 break front.cx;
             }
             // An aborted record (timed out or cancelled, not yet removed): skip it.
@@ -418,7 +422,8 @@ impl RawMutex {
                     return;
                 }
                 while let Some(front) = queue.pop_front() {
-                    if front.cx.try_select(OP_RETRY) {
+                    // Claimed, published once WOKEN is set (see `unlock_slow`).
+                    if front.cx.try_claim() {
                         let parked = if queue.is_empty() { 0 } else { PARKED };
                         let mut s = self.state.load(Ordering::Relaxed);
                         loop {
@@ -433,6 +438,7 @@ impl RawMutex {
                                 Err(now) => s = now,
                             }
                         }
+                        front.cx.publish_claimed(OP_RETRY);
                         drop(queue);
                         front.cx.wake();
                         return;

@@ -141,28 +141,32 @@ impl RawRwLock {
             };
             if grant_writer {
                 let front = queue.pop_front().expect("a writer is first");
-                if !front.cx.try_select(OP_GRANTED) {
+                // Claimed, not selected: the writer must not see its grant (and unlock) before
+                // the state says a writer holds the lock.
+                if !front.cx.try_claim() {
                     continue; // aborted: skip it
                 }
                 let parked = if queue.is_empty() { 0 } else { PARKED };
                 // Nobody else changes the state now: it is free (no fast path succeeds while
-                // PARKED is set) and we hold the queue.
+                // PARKED is set; every holder is counted in it), and we hold the queue.
                 self.state.store(WRITER | parked, Ordering::Relaxed);
+                front.cx.publish_claimed(OP_GRANTED);
                 woken.push(front.cx);
                 return woken;
             }
             if grant_readers {
-                let mut admitted = 0;
+                // Claimed now, published once the state counts them: a reader that saw its
+                // grant first could unlock before it was counted (the count would wrap).
                 queue.retain(|q| {
                     if q.write {
                         return true;
                     }
-                    if q.cx.try_select(OP_GRANTED) {
-                        admitted += 1;
+                    if q.cx.try_claim() {
                         woken.push(q.cx.clone());
                     }
                     false
                 });
+                let admitted = woken.len();
                 if admitted == 0 && !queue.is_empty() {
                     s = self.state.load(Ordering::Acquire);
                     continue;
@@ -177,10 +181,14 @@ impl RawRwLock {
                         Ordering::AcqRel,
                         Ordering::Acquire,
                     ) {
-                        Ok(_) => return woken,
+                        Ok(_) => break,
                         Err(now) => s = now,
                     }
                 }
+                for cx in &woken {
+                    cx.publish_claimed(OP_GRANTED);
+                }
+                return woken;
             }
             break;
         }

@@ -10,8 +10,10 @@
 //! ```text
 //! WAITING ──try_select(op)──────────────────────────▶ OP0 + op   (completed for the waiter)
 //!    │    ──try_claim()──▶ BUSY ──complete(op)───────▶ OP0 + op   (a value moved into/out of
-//!    │                                                            the waiter's slot between;
-//!    │                                                            woken, then published)
+//!    │                         │                                  the waiter's slot between;
+//!    │                         │                                  woken, then published)
+//!    │                         └──publish_claimed(op)─▶ OP0 + op   (a lock's state changed
+//!    │                                                            between; woken after)
 //!    │    ──mark_claimed()▶ BUSY ──complete(op)──────▶ OP0 + op   (a channel packet popped
 //!    │                                                            from its one queue)
 //!    └────try_abort()───▶ ABORTED                               (timed out / cancelled)
@@ -234,6 +236,16 @@ impl Waiter {
         }
     }
 
+    /// Completes a claimed waiter with operation `op` without waking it, for a completer
+    /// that must change its primitive's state between claiming a waiter and letting it see
+    /// its grant (a waiter that saw a lock granted could release it before the lock's state
+    /// counted it). The completer holds a reference to the record and wakes it afterwards
+    /// with [`wake`](Self::wake).
+    #[inline]
+    pub(crate) fn publish_claimed(&self, op: usize) {
+        self.publish(op);
+    }
+
     /// The last touch of a claimed record: what was written before is visible to the waiter
     /// once it sees `op`.
     #[inline]
@@ -266,7 +278,7 @@ impl Waiter {
     }
 
     /// Wakes the waiting task; called once, by whoever completed the waiter with
-    /// [`try_select`](Self::try_select), after that (and while it still holds a reference to
+    /// [`try_select`](Self::try_select) or [`publish_claimed`](Self::publish_claimed), after that (and while it still holds a reference to
     /// the record: the owner may reuse it once completed). Skipped
     /// while the waiter spins (it sees the completion by itself): waking a running task costs
     /// a read-modify-write on its (remote) state and leaves a permit its next park must eat.

@@ -3,7 +3,7 @@
 //! dropped while a lock, permits or a message is handed to it (passed on: a lost hand-off
 //! leaves the other waiter blocked for ever, which loom reports as a deadlock).
 //!
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p spindle-sync --release --test loom_async`
+//! `RUSTFLAGS="--cfg loom -C overflow-checks=on" LOOM_MAX_PREEMPTIONS=2 cargo test -p spindle-sync --release --test loom_async`
 #![cfg(loom)]
 
 mod loom_common;

@@ -3,7 +3,7 @@
 //! the other side (no message lost or duplicated, no lost wake-up), and a select completing
 //! exactly one arm.
 //!
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p spindle-sync --release --test loom_chan`
+//! `RUSTFLAGS="--cfg loom -C overflow-checks=on" LOOM_MAX_PREEMPTIONS=2 cargo test -p spindle-sync --release --test loom_chan`
 #![cfg(loom)]
 
 mod loom_common;

@@ -6,14 +6,14 @@
 //! wake-up is pending, and `cancelled_at_park` makes a thread's next park unwind as a cancelled
 //! coroutine's does.
 //!
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p spindle-sync --release --test loom_locks`
+//! `RUSTFLAGS="--cfg loom -C overflow-checks=on" LOOM_MAX_PREEMPTIONS=2 cargo test -p spindle-sync --release --test loom_locks`
 #![cfg(loom)]
 
 mod loom_common;
 
 use loom::sync::Arc;
 use loom::thread;
-use loom_common::{cancelled_at_park, later, model};
+use loom_common::{cancelled_at_park, later, model, model_with_preemptions};
 use spindle_sync::{
     AcquireError, Barrier, Condvar, Mutex, Notify, OnceCell, RwLock, Semaphore, WaitGroup,
 };
@@ -117,6 +117,39 @@ fn mutex_cancel_passes_retry_on() {
     });
 }
 
+#[test]
+fn mutex_retry_seen_by_a_timing_out_waiter_strands_nobody() {
+    // T1 (timed) and T2 queue behind main. Main's unlock wakes T1 to retry just as T1 times
+    // out: T1 sees the wake-up at once, without being woken. It must not see it before the
+    // lock's state marks a waiter woken, or its clearing of that mark comes first, the mark
+    // stays with nobody on the way, and every later unlock skips the queue: T2 would wait for
+    // ever (loom: deadlock).
+    model_with_preemptions(
+        "mutex_retry_seen_by_a_timing_out_waiter_strands_nobody",
+        3,
+        || {
+            let m = Arc::new(Mutex::new(0));
+            let g = m.lock();
+            let t1 = {
+                let m = m.clone();
+                thread::spawn(move || {
+                    if let Some(mut g) = m.try_lock_until(later()) {
+                        *g += 1;
+                    }
+                })
+            };
+            let t2 = {
+                let m = m.clone();
+                thread::spawn(move || *m.lock() += 1)
+            };
+            drop(g);
+            t1.join().unwrap();
+            t2.join().unwrap();
+            assert!(!m.is_locked());
+        },
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // RwLock
 
@@ -186,6 +219,54 @@ fn rwlock_cancelled_writer() {
         w.join().unwrap();
         assert!(l.try_write().is_some());
     });
+}
+
+#[test]
+fn rwlock_writer_timing_out_as_it_is_granted_releases_the_lock() {
+    // The last reader's unlock grants a queued writer the lock just as the writer times out:
+    // the writer sees the grant at once and unlocks. Had it seen the grant before the state
+    // said a writer holds the lock, its unlock would come first and the grant's state write
+    // after: the lock would stay write-locked for ever.
+    model_with_preemptions(
+        "rwlock_writer_timing_out_as_it_is_granted_releases_the_lock",
+        3,
+        || {
+            let l = Arc::new(RwLock::new(0));
+            let held = l.read();
+            let w = {
+                let l = l.clone();
+                thread::spawn(move || {
+                    if let Some(mut g) = l.try_write_until(later()) {
+                        *g += 1;
+                    }
+                })
+            };
+            drop(held);
+            w.join().unwrap();
+            assert!(l.try_write().is_some(), "the lock is free");
+        },
+    );
+}
+
+#[test]
+fn rwlock_reader_timing_out_as_it_is_granted_releases_the_lock() {
+    // As above for a reader granted by the writer's unlock: its unlock must find itself
+    // counted (else the reader count wraps: an overflow, which this leg checks for).
+    model_with_preemptions(
+        "rwlock_reader_timing_out_as_it_is_granted_releases_the_lock",
+        3,
+        || {
+            let l = Arc::new(RwLock::new(0));
+            let held = l.write();
+            let r = {
+                let l = l.clone();
+                thread::spawn(move || l.try_read_until(later()).map(|g| *g))
+            };
+            drop(held);
+            r.join().unwrap();
+            assert!(l.try_write().is_some(), "the lock is free");
+        },
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -10,12 +10,29 @@ pub fn model<F>(name: &str, f: F)
 where
     F: Fn() + Sync + Send + 'static,
 {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound.get_or_insert(2);
+    check(name, builder, f);
+}
+
+/// As [`model`], with at least `min_bound` preemptions: for a small model whose race needs
+/// more than two (the spawned thread runs first, the main thread interrupts it, and it
+/// interrupts the main thread back).
+pub fn model_with_preemptions<F>(name: &str, min_bound: usize, f: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(builder.preemption_bound.unwrap_or(0).max(min_bound));
+    check(name, builder, f);
+}
+
+fn check<F>(name: &str, builder: loom::model::Builder, f: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    let mut builder = loom::model::Builder::new();
-    if builder.preemption_bound.is_none() {
-        builder.preemption_bound = Some(2);
-    }
     let iterations = std::sync::Arc::new(AtomicUsize::new(0));
     let counter = iterations.clone();
     let start = std::time::Instant::now();
