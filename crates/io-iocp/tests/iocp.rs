@@ -773,7 +773,8 @@ impl<'d> Worker<'d> {
 
     /// Runs `f` as this worker's task.
     fn run<R>(&self, f: impl FnOnce() -> R) -> R {
-        spindle_io::with_driver(self.driver, || spindle_park::with_hook(self, f))
+        // SAFETY: on the test thread's own stack; `f` runs on it and suspends no coroutine.
+        unsafe { spindle_io::with_driver(self.driver, || spindle_park::with_hook(self, f)) }
     }
 
     fn cancelled(&self) -> bool {

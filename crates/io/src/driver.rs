@@ -457,7 +457,16 @@ impl Driver for NoDriver {
 
 /// Runs `f` with `driver` as this thread's current driver, then restores the previous one
 /// (also if `f` unwinds). A runtime calls it around each worker's loop.
-pub fn with_driver<R>(driver: &dyn Driver, f: impl FnOnce() -> R) -> R {
+///
+/// # Safety
+///
+/// The installation belongs to the thread, not to the stack `f` runs on: `f` must not suspend
+/// a coroutine that this call runs in. A suspension would leave `driver` installed for whatever
+/// the thread runs next, borrowed from a frame that is then switched away from — on a copying
+/// stack, its bytes are copied out and the address reused by another coroutine. A runtime calls
+/// this on its worker thread's own stack, around its scheduler loop (which switches into
+/// coroutines and always back).
+pub unsafe fn with_driver<R>(driver: &dyn Driver, f: impl FnOnce() -> R) -> R {
     struct Restore(*const dyn Driver);
     impl Drop for Restore {
         fn drop(&mut self) {

@@ -35,7 +35,16 @@ impl BlockingPool for NoPool {
 
 /// Runs `f` with `pool` as this thread's blocking pool, then restores the previous one (also if
 /// `f` unwinds). A runtime calls it around each worker's loop.
-pub fn with_blocking_pool<R>(pool: &dyn BlockingPool, f: impl FnOnce() -> R) -> R {
+///
+/// # Safety
+///
+/// The installation belongs to the thread, not to the stack `f` runs on: `f` must not suspend
+/// a coroutine that this call runs in. A suspension would leave `pool` installed for whatever
+/// the thread runs next, borrowed from a frame that is then switched away from — on a copying
+/// stack, its bytes are copied out and the address reused by another coroutine. A runtime calls
+/// this on its worker thread's own stack, around its scheduler loop (which switches into
+/// coroutines and always back).
+pub unsafe fn with_blocking_pool<R>(pool: &dyn BlockingPool, f: impl FnOnce() -> R) -> R {
     struct Restore(*const dyn BlockingPool);
     impl Drop for Restore {
         fn drop(&mut self) {

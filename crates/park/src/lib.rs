@@ -82,7 +82,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::ptr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::task::{Context, Poll, Wake as WakeTrait, Waker};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
@@ -148,8 +148,9 @@ pub trait Hook {
     /// An operation is about to be made (one that may complete without suspending: data already
     /// there): counts against the task's time slice, and may yield to let other tasks run when
     /// it is used up (a cancellation point). Called without asking [`in_task`](Hook::in_task)
-    /// first (it is on every such operation's path): outside a task it must do nothing. The
-    /// default does nothing.
+    /// first (it is on every such operation's path): outside a task it must do nothing. With a
+    /// [`Budget`] installed ([`with_budget`]) it is called only when that budget is down to its
+    /// last unit: the budget did the counting. The default does nothing.
     fn consume_budget(&self) {}
 
     /// Starts (`true`) or ends (`false`) one level of keeping the current task on its thread
@@ -164,6 +165,9 @@ thread_local! {
     /// The hook of the runtime whose worker this thread is (null: none). Set only by
     /// `with_hook`, for the duration of its closure.
     static HOOK: Cell<*const dyn Hook> = const { Cell::new(ptr::null::<NoHook>() as *const dyn Hook) };
+    /// The worker's operation budget (null: none). Set only by `with_budget`, for the duration
+    /// of its closure.
+    static BUDGET: Cell<*const Budget> = const { Cell::new(ptr::null()) };
 }
 
 /// A type to make a null `*const dyn Hook` from (never instantiated).
@@ -184,6 +188,15 @@ impl Hook for NoHook {
 /// Runs `f` with `hook` installed on the current thread, then restores what was installed
 /// before (also if `f` unwinds). A runtime calls this around its worker loop.
 ///
+/// # Safety
+///
+/// The installation belongs to the thread, not to the stack `f` runs on: `f` must not suspend
+/// a coroutine that this call runs in. A suspension would leave `hook` installed for whatever
+/// the thread runs next, borrowed from a frame that is then switched away from — on a copying
+/// stack, its bytes are copied out and the address reused by another coroutine. A runtime calls
+/// this on its worker thread's own stack, around its scheduler loop (which switches into
+/// coroutines and always back).
+///
 /// ```
 /// use std::time::Instant;
 /// use std::task::Waker;
@@ -196,13 +209,16 @@ impl Hook for NoHook {
 ///     fn park(&self, _: Option<Instant>) -> Wake { unreachable!() }
 ///     fn waker(&self) -> Waker { unreachable!() }
 /// }
-/// let woke = spindle_park::with_hook(&Outside, || {
-///     spindle_park::waker().wake();
-///     spindle_park::park_timeout(std::time::Duration::from_secs(5))
-/// });
+// SAFETY: the closure runs on this thread's own stack and suspends no coroutine.
+/// let woke = unsafe {
+///     spindle_park::with_hook(&Outside, || {
+///         spindle_park::waker().wake();
+///         spindle_park::park_timeout(std::time::Duration::from_secs(5))
+///     })
+/// };
 /// assert_eq!(woke, Wake::Woken);
 /// ```
-pub fn with_hook<R>(hook: &dyn Hook, f: impl FnOnce() -> R) -> R {
+pub unsafe fn with_hook<R>(hook: &dyn Hook, f: impl FnOnce() -> R) -> R {
     struct Restore(*const dyn Hook);
     impl Drop for Restore {
         fn drop(&mut self) {
@@ -212,7 +228,8 @@ pub fn with_hook<R>(hook: &dyn Hook, f: impl FnOnce() -> R) -> R {
     }
     // SAFETY (lifetime erasure): the pointer is only dereferenced while it is installed, and it
     // is installed only while `f` runs — `hook` outlives that — and removed by `Restore` when
-    // `with_hook` returns or unwinds.
+    // `with_hook` returns or unwinds; no other code runs on this thread meanwhile, except what
+    // `f` calls (the caller's contract: `f` suspends no coroutine this call runs in).
     let erased: *const dyn Hook = hook;
     let erased: *const (dyn Hook + 'static) =
         // SAFETY: only the lifetime bound of the trait object changes; see above.
@@ -480,7 +497,31 @@ impl std::fmt::Debug for PinGuard {
 /// slice's budget is used up, this yields. Call it before the operation: the yield is a
 /// cancellation point, and an unwind after the operation would lose its result. Does nothing
 /// outside a task.
+///
+/// With a [`Budget`] installed ([`with_budget`]) an operation that leaves some of it costs a
+/// few instructions and no call into the hook; the hook's
+/// [`consume_budget`](Hook::consume_budget) is asked only when the budget is down to its last
+/// unit (or was [exhausted](Budget::exhaust)). Without one, every call asks the hook.
+///
+/// Not inlined: a coroutine that migrates between threads must read the thread-local afresh
+/// in every call, never through an address cached before a suspension (DESIGN.md invariant 2).
+#[inline(never)]
 pub fn consume_budget() {
+    if let Ok(budget) = BUDGET.try_with(Cell::get)
+        && !budget.is_null()
+    {
+        // SAFETY: a non-null pointer is installed only by `with_budget`, while the budget it
+        // borrows is alive (see there); used only during this call, on this thread.
+        let budget = unsafe { &*budget };
+        if budget.take_one() {
+            return;
+        }
+    }
+    consume_budget_slow();
+}
+
+#[cold]
+fn consume_budget_slow() {
     let Ok(hook) = HOOK.try_with(Cell::get) else {
         return;
     };
@@ -490,6 +531,120 @@ pub fn consume_budget() {
     // SAFETY: as in `task_hook` (installed by `with_hook` while the hook is alive; used only
     // during this call). No `in_task` check: the hook's `consume_budget` makes it (see there).
     unsafe { &*hook }.consume_budget();
+}
+
+/// A worker's operation budget: how many more operations the running slice may make before
+/// [`consume_budget`] asks the runtime's hook (which then usually yields the task).
+///
+/// A runtime keeps one per worker, installs it on the worker thread with [`with_budget`],
+/// [refills](Budget::refill) it when a task starts a fresh slice, and may
+/// [exhaust](Budget::exhaust) it from another thread (a monitor that sees a slice has run too
+/// long) so that the running task is asked to yield at its next operation. Only the worker's
+/// thread counts it down, with a plain load and store (no read-modify-write): an exhaustion
+/// that races with a count-down may be undone by it, so a monitor exhausts again at its next
+/// look if the slice is still running.
+///
+/// ```
+/// use std::time::Instant;
+/// use std::task::Waker;
+/// use std::cell::Cell;
+/// use spindle_park::{Budget, Hook, Wake};
+///
+/// /// Counts the times the hook is asked.
+/// struct Asked(Cell<u32>);
+/// impl Hook for Asked {
+///     fn in_task(&self) -> bool { false }
+///     fn park(&self, _: Option<Instant>) -> Wake { unreachable!() }
+///     fn waker(&self) -> Waker { unreachable!() }
+///     fn consume_budget(&self) { self.0.set(self.0.get() + 1) }
+/// }
+/// let hook = Asked(Cell::new(0));
+/// let budget = Budget::new();
+/// budget.refill(3);
+// SAFETY: the closures run on this thread's own stack and suspend no coroutine.
+/// unsafe {
+///     spindle_park::with_hook(&hook, || {
+///         spindle_park::with_budget(&budget, || {
+///             for _ in 0..4 {
+///                 spindle_park::consume_budget();
+///             }
+///         })
+///     })
+/// };
+/// // Two operations took from the budget; the third and fourth found it at its last unit.
+/// assert_eq!(hook.0.get(), 2);
+/// assert_eq!(budget.left(), 1);
+/// ```
+#[derive(Debug, Default)]
+pub struct Budget {
+    left: AtomicU32,
+}
+
+impl Budget {
+    /// An empty budget (every operation asks the hook until it is refilled).
+    pub const fn new() -> Budget {
+        Budget {
+            left: AtomicU32::new(0),
+        }
+    }
+
+    /// Sets the budget to `ops` operations: the first `ops - 1` operations take one unit
+    /// each without asking the hook; the one after asks it.
+    pub fn refill(&self, ops: u32) {
+        self.left.store(ops, Ordering::Relaxed);
+    }
+
+    /// Empties the budget, from any thread: the next operation on the budget's thread asks
+    /// the hook. (A count-down racing with it may undo it; see the type's docs.)
+    pub fn exhaust(&self) {
+        self.left.store(0, Ordering::Relaxed);
+    }
+
+    /// The units left.
+    pub fn left(&self) -> u32 {
+        self.left.load(Ordering::Relaxed)
+    }
+
+    /// Takes one unit if more than one is left (the last is the hook's to decide on).
+    #[inline]
+    fn take_one(&self) -> bool {
+        let left = self.left.load(Ordering::Relaxed);
+        if left > 1 {
+            // Only this thread counts down (see the type's docs): a load and a store.
+            self.left.store(left - 1, Ordering::Relaxed);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Runs `f` with `budget` installed as the current thread's [`Budget`], then restores what was
+/// installed before (also if `f` unwinds). A runtime calls this around its worker loop, inside
+/// [`with_hook`]; see [`Budget`].
+///
+/// # Safety
+///
+/// The installation belongs to the thread, not to the stack `f` runs on: `f` must not suspend
+/// a coroutine that this call runs in. A suspension would leave `budget` installed for whatever
+/// the thread runs next, borrowed from a frame that is then switched away from — on a copying
+/// stack, its bytes are copied out and the address reused by another coroutine. A runtime calls
+/// this on its worker thread's own stack, around its scheduler loop (which switches into
+/// coroutines and always back).
+pub unsafe fn with_budget<R>(budget: &Budget, f: impl FnOnce() -> R) -> R {
+    struct Restore(*const Budget);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0;
+            let _ = BUDGET.try_with(|b| b.set(previous));
+        }
+    }
+    // The pointer is only dereferenced while it is installed, which is only while `f` runs
+    // (`budget` outlives that, and no other code runs on this thread meanwhile: the caller's
+    // contract); `Restore` removes it when this returns or unwinds.
+    let previous = BUDGET.with(|b| b.replace(budget));
+    let _restore = Restore(previous);
+    f()
 }
 
 /// Whether the current task was asked to cancel. False outside a task.

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use spindle_park::{Hook, Wake, park, park_timeout, park_until, waker, with_hook};
+use spindle_park::{Budget, Hook, Wake, consume_budget, park, park_timeout, park_until, waker};
 
 #[test]
 fn a_wake_before_park_is_not_lost() {
@@ -69,11 +69,117 @@ fn spurious_std_unparks_do_not_count_as_wake_ups() {
     t.join().unwrap();
 }
 
+/// `spindle_park::with_hook` for these tests.
+fn with_hook<R>(hook: &dyn Hook, f: impl FnOnce() -> R) -> R {
+    // SAFETY: the tests call it on their own thread's stack, in no coroutine.
+    unsafe { spindle_park::with_hook(hook, f) }
+}
+
+/// `spindle_park::with_budget` for these tests.
+fn with_budget<R>(budget: &Budget, f: impl FnOnce() -> R) -> R {
+    // SAFETY: as `with_hook`'s.
+    unsafe { spindle_park::with_budget(budget, f) }
+}
+
 /// A hook that pretends to be in a task and records what is asked of it.
 struct Recording {
     in_task: Cell<bool>,
     parks: Cell<usize>,
     wakes: Arc<AtomicUsize>,
+}
+
+impl Recording {
+    fn new(in_task: bool) -> Recording {
+        Recording {
+            in_task: Cell::new(in_task),
+            parks: Cell::new(0),
+            wakes: Arc::default(),
+        }
+    }
+}
+
+/// A hook that counts the times it is asked about the budget.
+#[derive(Default)]
+struct BudgetAsked(Cell<usize>);
+
+impl Hook for BudgetAsked {
+    fn in_task(&self) -> bool {
+        true
+    }
+    fn park(&self, _: Option<Instant>) -> Wake {
+        Wake::Woken
+    }
+    fn waker(&self) -> Waker {
+        Waker::noop().clone()
+    }
+    fn consume_budget(&self) {
+        self.0.set(self.0.get() + 1);
+    }
+}
+
+#[test]
+fn without_a_budget_every_operation_asks_the_hook() {
+    let hook = BudgetAsked::default();
+    with_hook(&hook, || {
+        for _ in 0..5 {
+            consume_budget();
+        }
+    });
+    assert_eq!(hook.0.get(), 5);
+    consume_budget(); // no hook: nothing to ask
+    assert_eq!(hook.0.get(), 5);
+}
+
+#[test]
+fn a_budget_asks_the_hook_only_at_its_last_unit_and_when_exhausted() {
+    let hook = BudgetAsked::default();
+    let budget = Budget::new();
+    with_hook(&hook, || {
+        with_budget(&budget, || {
+            // Empty: asks.
+            consume_budget();
+            assert_eq!(hook.0.get(), 1);
+            budget.refill(10);
+            for _ in 0..9 {
+                consume_budget();
+            }
+            assert_eq!(hook.0.get(), 1, "nine of ten units taken without asking");
+            assert_eq!(budget.left(), 1);
+            consume_budget();
+            assert_eq!(hook.0.get(), 2, "the last unit is the hook's to decide on");
+            budget.refill(100);
+            consume_budget();
+            // Exhausted from another thread (a monitor): the next operation asks.
+            std::thread::scope(|s| {
+                s.spawn(|| budget.exhaust());
+            });
+            consume_budget();
+            assert_eq!(hook.0.get(), 3);
+            assert_eq!(budget.left(), 0);
+        })
+    });
+}
+
+#[test]
+fn budgets_nest_and_are_restored_after_a_panic() {
+    let hook = BudgetAsked::default();
+    let (outer, inner) = (Budget::new(), Budget::new());
+    outer.refill(50);
+    inner.refill(50);
+    with_hook(&hook, || {
+        with_budget(&outer, || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                with_budget(&inner, || {
+                    consume_budget();
+                    panic!("boom");
+                })
+            }));
+            assert!(r.is_err());
+            consume_budget(); // counts against the outer budget again
+        });
+        consume_budget(); // none installed: asks the hook
+    });
+    assert_eq!((outer.left(), inner.left(), hook.0.get()), (49, 49, 1));
 }
 
 struct CountingWake(Arc<AtomicUsize>);
@@ -102,11 +208,7 @@ impl Hook for Recording {
 
 #[test]
 fn inside_a_task_the_hook_parks_and_makes_the_waker() {
-    let hook = Recording {
-        in_task: Cell::new(true),
-        parks: Cell::new(0),
-        wakes: Arc::default(),
-    };
+    let hook = Recording::new(true);
     with_hook(&hook, || {
         assert!(spindle_park::in_task());
         park();
@@ -120,11 +222,7 @@ fn inside_a_task_the_hook_parks_and_makes_the_waker() {
 
 #[test]
 fn outside_a_task_a_hooked_thread_parks_the_thread() {
-    let hook = Recording {
-        in_task: Cell::new(false),
-        parks: Cell::new(0),
-        wakes: Arc::default(),
-    };
+    let hook = Recording::new(false);
     with_hook(&hook, || {
         assert!(!spindle_park::in_task());
         waker().wake();
@@ -136,16 +234,8 @@ fn outside_a_task_a_hooked_thread_parks_the_thread() {
 
 #[test]
 fn hooks_nest_and_are_restored_after_a_panic() {
-    let outer = Recording {
-        in_task: Cell::new(true),
-        parks: Cell::new(0),
-        wakes: Arc::default(),
-    };
-    let inner = Recording {
-        in_task: Cell::new(true),
-        parks: Cell::new(0),
-        wakes: Arc::default(),
-    };
+    let outer = Recording::new(true);
+    let inner = Recording::new(true);
     with_hook(&outer, || {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             with_hook(&inner, || {

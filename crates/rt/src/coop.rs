@@ -7,9 +7,16 @@
 //! is older than the monitor's slice period (10 ms), the coroutine yields to the back of the
 //! queue. A task woken by the running one into the run-next slot inherits the slice and its
 //! budget (Go's rule), so two tasks waking each other cannot monopolise a worker.
+//!
+//! The count is `spindle_park`'s [`Budget`](spindle_park::Budget), one per worker (in its
+//! counters), installed on the worker thread: an operation that leaves some of it is a
+//! thread-local read, a load and a store, with no call into the runtime. The worker refills it
+//! at each fresh slice; the monitor, which marks slice periods, exhausts it when a slice has run
+//! through two of them; either way the next operation finds it at its last unit and asks the
+//! runtime ([`budget_used_up`]), which yields the coroutine.
 
 use crate::task::{CancelUnwind, Header, Suspend};
-use crate::worker::{self, BUDGET};
+use crate::worker;
 
 /// Yields the current coroutine: it goes to the back of its worker's queue and runs again
 /// after the coroutines queued before it. On a plain thread, yields the thread
@@ -57,30 +64,18 @@ pub(crate) fn cancel_unwind(header: &Header) -> ! {
 /// the time slice is used up. A no-op outside a coroutine. Call it *before* the operation:
 /// the yield is a cancellation point (a cancelled coroutine unwinds there), and an unwind
 /// after the operation would lose what it did (a message received, bytes read).
-pub fn consume_budget() {
-    consume_budget_here();
-}
-
-pub(crate) fn consume_budget_here() {
-    if let Some(ctx) = worker::current() {
-        consume_budget_in(ctx);
-    }
-}
-
-/// [`consume_budget_here`] on worker `ctx` (this thread's).
 #[inline]
-pub(crate) fn consume_budget_in(ctx: &worker::WorkerCtx) {
-    let Some(header) = ctx.running_header() else {
-        return;
-    };
-    let left = ctx.budget.get().saturating_sub(1);
-    ctx.budget.set(left);
-    let slice_over = ctx.shared.counters[ctx.index]
-        .slice_epoch()
-        .wrapping_sub(ctx.slice_epoch.get())
-        >= 2;
-    if left == 0 || slice_over {
-        ctx.budget.set(BUDGET);
+pub fn consume_budget() {
+    spindle_park::consume_budget();
+}
+
+/// The worker's hook when the slice's budget is down to its last unit, or was exhausted by the
+/// monitor (the slice ran too long): the running coroutine yields (a cancellation point). The
+/// next slice's budget is refilled when the worker resumes it (`WorkerCtx::run_task`). Nothing
+/// outside a coroutine (the worker's own code).
+#[cold]
+pub(crate) fn budget_used_up(ctx: &worker::WorkerCtx) {
+    if let Some(header) = ctx.running_header() {
         yield_task(header);
     }
 }

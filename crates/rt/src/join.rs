@@ -123,7 +123,7 @@ impl<T: Send + 'static> JoinHandle<T> {
     pub fn join(self) -> Result<T, JoinError> {
         self.refuse_own();
         // Counted before the result is taken: the yield this may make is a cancellation point.
-        crate::coop::consume_budget_here();
+        spindle_park::consume_budget();
         loop {
             if let Some(result) = self.take_or_register() {
                 return result;

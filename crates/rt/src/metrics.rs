@@ -24,6 +24,13 @@ pub(crate) struct WorkerCounters {
     /// Bumped by the monitor every slice: a task whose slice began in an older epoch has used
     /// its slice.
     pub(crate) epoch: AtomicU32,
+    /// The epoch in which the running slice began (written by the worker at each fresh slice;
+    /// the monitor reads it to decide whether the slice has run too long).
+    pub(crate) slice_start: AtomicU32,
+    /// The running slice's operation budget, installed on the worker thread
+    /// (`spindle_park::with_budget`): the worker counts it down, refills it at each fresh
+    /// slice, and the monitor exhausts it when the slice has run too long (see `coop`).
+    pub(crate) budget: spindle_park::Budget,
     /// The worker thread's kernel thread id (0: unknown), for the monitor.
     pub(crate) tid: AtomicU64,
 }
@@ -41,8 +48,23 @@ impl WorkerCounters {
         self.resumes.store(n + 1, Ordering::Relaxed);
     }
 
-    pub(crate) fn slice_epoch(&self) -> u32 {
-        self.epoch.load(Ordering::Relaxed)
+    /// A fresh slice begins: `ops` operations of budget, the epoch noted.
+    #[inline]
+    pub(crate) fn start_slice(&self, ops: u32) {
+        self.budget.refill(ops);
+        let epoch = self.epoch.load(Ordering::Relaxed);
+        self.slice_start.store(epoch, Ordering::Relaxed);
+    }
+
+    /// Called by the monitor: if the running slice began two epochs ago or more (it has run
+    /// for a whole slice period at least), exhausts its budget so that its task yields at its
+    /// next operation. Called at every tick: a count-down racing with the exhaustion may undo
+    /// it (see `spindle_park::Budget`), and the next tick then exhausts it again.
+    pub(crate) fn end_slice_if_over(&self) {
+        let epoch = self.epoch.load(Ordering::Relaxed);
+        if epoch.wrapping_sub(self.slice_start.load(Ordering::Relaxed)) >= 2 {
+            self.budget.exhaust();
+        }
     }
 }
 

@@ -10,8 +10,9 @@
 //! coroutines (with work-stealing, every coroutine that has not started yet, and migratable
 //! ones); coroutines pinned to the stuck worker wait for it.
 //!
-//! It also advances each worker's slice epoch every 10 ms: a coroutine that has run through
-//! two epochs has used its slice and yields at its next scheduling point (see `coop`).
+//! It also advances each worker's slice epoch every 10 ms, and at every tick exhausts the
+//! operation budget of a slice that began two epochs ago or more: its coroutine has used its
+//! slice and yields at its next budgeted operation (see `coop`).
 //!
 //! While every worker sleeps there is nothing to watch, so the monitor sleeps too, without a
 //! timeout (Go's sysmon does the same), and an idle runtime wakes no thread at all. A worker
@@ -194,6 +195,9 @@ fn watch(shared: Weak<Shared>, stop: Arc<AtomicBool>, threshold: Duration, tick:
             for c in &shared.counters {
                 c.epoch.fetch_add(1, Ordering::Relaxed);
             }
+        }
+        for c in &shared.counters {
+            c.end_slice_if_over();
         }
         if seen.len() != shared.counters.len() {
             seen = vec![Seen::fresh(u64::MAX, now); shared.counters.len()];

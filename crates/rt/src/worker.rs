@@ -83,11 +83,6 @@ pub(crate) struct WorkerCtx {
     /// Its header, for the hot checks (null when no coroutine runs).
     current_header: Cell<*const Header>,
     pub(crate) timers: RefCell<TimerWheel<TimerEntry>>,
-    /// What is left of the current slice's budget.
-    pub(crate) budget: Cell<u32>,
-    /// The slice epoch (bumped by the monitor every slice) at which the current task's slice
-    /// began.
-    pub(crate) slice_epoch: Cell<u32>,
     /// This worker's shared (copying) stack region, made on first use.
     #[cfg(feature = "stack-shared")]
     region: RefCell<Option<spindle_stack::SharedStack>>,
@@ -174,8 +169,6 @@ pub(crate) fn run(
         current: Cell::new(ptr::null()),
         current_header: Cell::new(ptr::null()),
         timers: RefCell::new(TimerWheel::new(Instant::now())),
-        budget: Cell::new(BUDGET),
-        slice_epoch: Cell::new(0),
         #[cfg(feature = "stack-shared")]
         region: RefCell::new(None),
         driver,
@@ -210,11 +203,27 @@ pub(crate) fn run(
     }
     crate::task_alloc::enable();
     let _task_cache = TaskCache;
-    let run_loop = || spindle_park::with_hook(&ctx, || ctx.schedule_loop());
-    spindle_io::with_blocking_pool(&ctx.shared.blocking, || match ctx.driver.as_deref() {
-        Some(driver) => spindle_io::with_driver(driver, run_loop),
-        None => run_loop(),
-    });
+    // The four thread installations (hook, budget, blocking pool, driver) are made here, on the
+    // worker thread's own stack, around the scheduler loop, which switches into coroutines and
+    // always comes back: no coroutine runs this code, so none can suspend inside them.
+    let run_loop = || {
+        // SAFETY: see above.
+        unsafe {
+            spindle_park::with_hook(&ctx, || {
+                let budget = &ctx.shared.counters[index].budget;
+                // SAFETY: see above.
+                spindle_park::with_budget(budget, || ctx.schedule_loop())
+            })
+        }
+    };
+    // SAFETY: see above.
+    unsafe {
+        spindle_io::with_blocking_pool(&ctx.shared.blocking, || match ctx.driver.as_deref() {
+            // SAFETY: see above.
+            Some(driver) => spindle_io::with_driver(driver, run_loop),
+            None => run_loop(),
+        })
+    };
     // Timers still armed hold tasks; drop them here, on the worker.
     drop(ctx.timers.borrow_mut().clear());
 }
@@ -425,8 +434,7 @@ impl WorkerCtx {
             self.first_run(&task);
         }
         if !popped.inherit_slice {
-            self.budget.set(BUDGET);
-            self.slice_epoch.set(counters.slice_epoch());
+            counters.start_slice(BUDGET);
         }
         counters.begin_run(header.id);
         self.current.set(&task);
@@ -576,7 +584,7 @@ impl Hook for WorkerCtx {
     }
 
     fn consume_budget(&self) {
-        crate::coop::consume_budget_in(self);
+        crate::coop::budget_used_up(self);
     }
 
     fn pin(&self, pin: bool) {
@@ -621,7 +629,7 @@ fn park_current(header: *const Header, deadline: Option<Instant>) -> Wake {
     if header.take_permit() {
         // Completed at once: it counts against the slice's budget (see `coop`). A park that
         // suspends does not: it gave its worker up.
-        crate::coop::consume_budget_here();
+        spindle_park::consume_budget();
         return Wake::Woken;
     }
     if let Some(deadline) = deadline

@@ -359,3 +359,42 @@ fn an_always_ready_receiver_is_cancellable_and_loses_nothing() {
     drop(rt);
     w.store(true, Ordering::SeqCst);
 }
+
+/// A coroutine whose budgeted operations are far apart (1 ms of work between them) yields once
+/// its slice has run through the monitor's slice period (10 ms), long before its 128
+/// operations are spent: a sibling on its worker runs meanwhile. (The slice's end comes from
+/// the monitor, which exhausts the worker's budget; the budget alone would let all 120
+/// operations run first.)
+#[test]
+fn a_slow_ready_loop_yields_when_its_slice_is_over() {
+    const OPS: u32 = 120;
+    let w = watchdog("slice");
+    let rt = Runtime::builder()
+        .workers(1)
+        // The monitor runs (it marks the slices); it must not report the 1 ms steps.
+        .stuck_threshold(Some(Duration::from_secs(30)))
+        .build()
+        .unwrap();
+    let sibling_ran_at = rt.block_on(|| {
+        let sibling_ran = Arc::new(AtomicBool::new(false));
+        let s = sibling_ran.clone();
+        let sibling = spindle_rt::spawn(move || s.store(true, Ordering::SeqCst));
+        let mut ran_at = None;
+        for op in 0..OPS {
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_millis(1) {
+                std::hint::spin_loop();
+            }
+            spindle_rt::consume_budget();
+            if ran_at.is_none() && sibling_ran.load(Ordering::SeqCst) {
+                ran_at = Some(op);
+            }
+        }
+        sibling.join().unwrap();
+        ran_at
+    });
+    let at = sibling_ran_at.expect("the sibling ran only after all the operations");
+    // About 20-30 ms in; a loaded machine delays the monitor, hence the margin.
+    assert!(at < 100, "the sibling ran after {at} operations of 1 ms");
+    w.store(true, Ordering::SeqCst);
+}

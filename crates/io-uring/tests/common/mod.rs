@@ -140,9 +140,13 @@ impl Exec {
 
     /// Runs until every task has finished. Panics of tasks propagate.
     pub fn run(&self) {
-        spindle_park::with_hook(self, || {
-            spindle_io::with_driver(&self.driver, || self.run_loop())
-        });
+        // SAFETY: on the test thread's own stack, around the loop that resumes the tasks (and
+        // always comes back); nothing here runs in a coroutine.
+        unsafe {
+            spindle_park::with_hook(self, || {
+                spindle_io::with_driver(&self.driver, || self.run_loop())
+            })
+        };
     }
 
     fn run_loop(&self) {
