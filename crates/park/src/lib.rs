@@ -112,6 +112,19 @@ pub trait Hook {
     /// May unwind instead of returning if the task is cancelled.
     fn park(&self, deadline: Option<Instant>) -> Wake;
 
+    /// [`park`](Hook::park) if the calling code runs in a task of this runtime (`Some`), else
+    /// `None` (the caller then parks the thread): what [`park`] asks on every
+    /// wait. The default asks [`in_task`](Hook::in_task), then parks; a runtime may answer
+    /// both with one call.
+    #[inline]
+    fn try_park(&self, deadline: Option<Instant>) -> Option<Wake> {
+        if self.in_task() {
+            Some(self.park(deadline))
+        } else {
+            None
+        }
+    }
+
     /// A waker for the current task. Only called when [`in_task`](Hook::in_task) is true.
     fn waker(&self) -> Waker;
 
@@ -122,6 +135,14 @@ pub trait Hook {
     fn will_wake(&self, waker: &Waker) -> bool {
         let _ = waker;
         false
+    }
+
+    /// Whether the calling code runs in a task of this runtime and `waker` wakes it: what
+    /// [`is_current_waker`] asks. The default asks [`in_task`](Hook::in_task), then
+    /// [`will_wake`](Hook::will_wake); a runtime may answer both with one call.
+    #[inline]
+    fn try_will_wake(&self, waker: &Waker) -> bool {
+        self.in_task() && self.will_wake(waker)
     }
 
     /// Starts (`true`) or ends (`false`) one level of deferring the current task's
@@ -245,6 +266,20 @@ pub unsafe fn with_hook<R>(hook: &dyn Hook, f: impl FnOnce() -> R) -> R {
 /// after every suspension, never through an address cached before it (DESIGN.md invariant 2).
 #[inline(never)]
 fn task_hook() -> Option<&'static dyn Hook> {
+    read_hook().filter(|hook| hook.in_task())
+}
+
+/// The hook installed on this thread, whether or not code here runs in one of its tasks.
+///
+/// Not inlined, as [`task_hook`].
+#[inline(never)]
+fn installed_hook() -> Option<&'static dyn Hook> {
+    read_hook()
+}
+
+/// The thread-local read of the two above (inlined into them, never into their callers).
+#[inline(always)]
+fn read_hook() -> Option<&'static dyn Hook> {
     let hook = HOOK.try_with(Cell::get).ok()?;
     if hook.is_null() {
         return None;
@@ -252,8 +287,7 @@ fn task_hook() -> Option<&'static dyn Hook> {
     // SAFETY: a non-null pointer is installed only by `with_hook` while the hook is alive (see
     // there); we use the reference only during this call of a parking function, which runs
     // inside that `with_hook` on this thread.
-    let hook: &'static dyn Hook = unsafe { &*hook };
-    hook.in_task().then_some(hook)
+    Some(unsafe { &*hook })
 }
 
 /// Whether the current code runs in a runtime's task (a coroutine), as opposed to on a plain
@@ -287,8 +321,8 @@ pub fn park_timeout(timeout: Duration) -> Wake {
 // not the coroutine's).
 #[inline]
 fn park_inner(deadline: Option<Instant>) -> Wake {
-    match task_hook() {
-        Some(hook) => hook.park(deadline),
+    match installed_hook().and_then(|hook| hook.try_park(deadline)) {
+        Some(wake) => wake,
         None => park_thread(deadline),
     }
 }
@@ -371,7 +405,7 @@ pub fn waker() -> Waker {
 /// assert!(!spindle_park::is_current_waker(&w));
 /// ```
 pub fn is_current_waker(waker: &Waker) -> bool {
-    task_hook().is_some_and(|hook| hook.will_wake(waker))
+    installed_hook().is_some_and(|hook| hook.try_will_wake(waker))
 }
 
 /// Defers the current task's cancellation while the returned guard lives.
@@ -522,15 +556,10 @@ pub fn consume_budget() {
 
 #[cold]
 fn consume_budget_slow() {
-    let Ok(hook) = HOOK.try_with(Cell::get) else {
-        return;
-    };
-    if hook.is_null() {
-        return;
+    // No `in_task` check: the hook's `consume_budget` makes it (see there).
+    if let Some(hook) = installed_hook() {
+        hook.consume_budget();
     }
-    // SAFETY: as in `task_hook` (installed by `with_hook` while the hook is alive; used only
-    // during this call). No `in_task` check: the hook's `consume_budget` makes it (see there).
-    unsafe { &*hook }.consume_budget();
 }
 
 /// A worker's operation budget: how many more operations the running slice may make before

@@ -249,3 +249,36 @@ fn hooks_nest_and_are_restored_after_a_panic() {
     assert_eq!(inner.parks.get(), 1);
     assert_eq!(outer.parks.get(), 1);
 }
+
+/// A hook whose `will_wake` says yes to every waker.
+struct WillWake {
+    in_task: bool,
+}
+
+impl Hook for WillWake {
+    fn in_task(&self) -> bool {
+        self.in_task
+    }
+    fn park(&self, _: Option<Instant>) -> Wake {
+        Wake::Woken
+    }
+    fn waker(&self) -> Waker {
+        Waker::noop().clone()
+    }
+    fn will_wake(&self, _: &Waker) -> bool {
+        assert!(self.in_task, "will_wake asked outside a task");
+        true
+    }
+}
+
+#[test]
+fn is_current_waker_asks_the_hook_only_in_a_task() {
+    let w = Waker::noop().clone();
+    assert!(with_hook(&WillWake { in_task: true }, || {
+        spindle_park::is_current_waker(&w)
+    }));
+    assert!(!with_hook(&WillWake { in_task: false }, || {
+        spindle_park::is_current_waker(&w)
+    }));
+    assert!(!spindle_park::is_current_waker(&w));
+}

@@ -546,6 +546,12 @@ impl Hook for WorkerCtx {
         park_current(self.current_header.get(), deadline)
     }
 
+    fn try_park(&self, deadline: Option<Instant>) -> Option<Wake> {
+        let header = self.current_header.get();
+        // One read answers `in_task` too: a coroutine runs iff its header is set.
+        (!header.is_null()).then(|| park_current(header, deadline))
+    }
+
     fn waker(&self) -> Waker {
         match current_task() {
             Some(task) => task.waker(),
@@ -554,6 +560,11 @@ impl Hook for WorkerCtx {
     }
 
     fn will_wake(&self, waker: &Waker) -> bool {
+        crate::task::is_waker_of(waker, self.current_header.get())
+    }
+
+    fn try_will_wake(&self, waker: &Waker) -> bool {
+        // `is_waker_of` is false for a null header: outside a coroutine.
         crate::task::is_waker_of(waker, self.current_header.get())
     }
 
