@@ -225,14 +225,45 @@ impl ScheduledIo {
 
     /// IO type: the call made after `event` was read failed with `EWOULDBLOCK`, so the
     /// readiness of `interest` is gone — unless an event came since (the tick moved), in
-    /// which case nothing is cleared. Closed and error bits stay (they are final).
+    /// which case nothing is cleared.
+    ///
+    /// The call's answer outranks every bit the reactor set before it: the error bit goes (a
+    /// call that would block found no error pending — it would have returned it, which
+    /// consumes a socket's error, a UDP socket's ICMP error say), and so does the closed bit
+    /// of `interest`'s directions (a stream whose read side is closed answers a read with end
+    /// of stream, never `EWOULDBLOCK`; a datagram socket shut down for reading is reported
+    /// read-closed for good yet answers `EWOULDBLOCK`). Left set, either bit would end every
+    /// later wait at once: the operation would spin on `EWOULDBLOCK`, past its deadline.
     pub fn clear_readiness(&self, event: ReadyEvent, interest: Interest) {
+        self.clear(event, interest, true);
+    }
+
+    /// IO type: a read of a byte stream returned less than it asked for, so the queue is
+    /// drained: the read readiness is gone unless an event came since (as
+    /// [`clear_readiness`](ScheduledIo::clear_readiness)). The closed and error bits stay: an
+    /// end of stream or an error that came with the data is what the next read returns.
+    pub(crate) fn clear_drained(&self, event: ReadyEvent) {
+        self.clear(event, Interest::READABLE, false);
+    }
+
+    /// Clears `interest`'s direct bits; with `would_block`, its closed bits and the error bit
+    /// too.
+    fn clear(&self, event: ReadyEvent, interest: Interest, would_block: bool) {
         let mut clear = 0usize;
+        if would_block {
+            clear |= usize::from(Readiness::ERROR.0);
+        }
         if interest.is_readable() {
             clear |= usize::from(Readiness::READABLE.0);
+            if would_block {
+                clear |= usize::from(Readiness::READ_CLOSED.0);
+            }
         }
         if interest.is_writable() {
             clear |= usize::from(Readiness::WRITABLE.0);
+            if would_block {
+                clear |= usize::from(Readiness::WRITE_CLOSED.0);
+            }
         }
         let mut current = self.state.load(Ordering::Relaxed);
         loop {
@@ -441,13 +472,40 @@ mod tests {
     }
 
     #[test]
-    fn closed_bits_survive_a_clear() {
+    fn closed_bits_survive_a_drained_read() {
         let io = ScheduledIo::new();
         io.set_readiness(Readiness::READABLE.add(Readiness::READ_CLOSED));
-        io.clear_readiness(io.readiness(), Interest::READABLE);
+        io.clear_drained(io.readiness());
         assert_eq!(io.readiness().readiness, Readiness::READ_CLOSED);
         assert!(io.readiness().readiness.satisfies(Interest::READABLE));
         assert!(!io.readiness().readiness.satisfies(Interest::WRITABLE));
+    }
+
+    #[test]
+    fn a_would_block_clears_its_directions_closed_bit_and_the_error_bit() {
+        let io = ScheduledIo::new();
+        let all = Readiness::READABLE
+            .add(Readiness::READ_CLOSED)
+            .add(Readiness::WRITABLE)
+            .add(Readiness::WRITE_CLOSED)
+            .add(Readiness::ERROR);
+        io.set_readiness(all);
+        io.clear_drained(io.readiness());
+        assert_eq!(
+            io.readiness().readiness,
+            Readiness::READ_CLOSED
+                .add(Readiness::WRITABLE)
+                .add(Readiness::WRITE_CLOSED)
+                .add(Readiness::ERROR)
+        );
+        io.clear_readiness(io.readiness(), Interest::READABLE);
+        assert_eq!(
+            io.readiness().readiness,
+            Readiness::WRITABLE.add(Readiness::WRITE_CLOSED)
+        );
+        assert!(!io.readiness().readiness.satisfies(Interest::READABLE));
+        io.clear_readiness(io.readiness(), Interest::WRITABLE);
+        assert!(io.readiness().readiness.is_empty());
     }
 
     #[test]

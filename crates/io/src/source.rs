@@ -181,6 +181,7 @@ impl Evented {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 done => return done,
             }
+            past_deadline(deadline)?;
             self.wait_ready(dir.interest(), deadline, snapshot)?;
         }
     }
@@ -195,12 +196,16 @@ impl Evented {
     ) -> io::Result<()> {
         // Without a call to report "not ready", a readiness left set by an old event would end
         // this wait at once; so a zero-timeout poll decides first whether it is ready *now*.
-        if poll_thread(self.fd, interest, Some(Instant::now())).is_ok() {
-            return Ok(());
-        }
+        // The snapshot comes first: an event the reactor records after the poll then moves
+        // the tick past it, and the clear in `wait_ready` leaves it alone (taken after the
+        // poll, the snapshot would include that event, and the clear would erase it: with
+        // edge-triggered readiness no second edge comes, and the wait would hang).
         let snapshot = self
             .current_io()
             .map(|io| (io as *const ScheduledIo, io.readiness()));
+        if poll_thread(self.fd, interest, Some(Instant::now())).is_ok() {
+            return Ok(());
+        }
         self.wait_ready(interest, deadline, snapshot)
     }
 
@@ -479,12 +484,13 @@ impl Evented {
                     {
                         // A short read: the queue is empty now. Cleared only if no event came
                         // since the snapshot (the tick), so an arrival is never erased.
-                        io.clear_readiness(event, Interest::READABLE);
+                        io.clear_drained(event);
                     }
                     return done;
                 }
             }
             waited = true;
+            past_deadline(deadline)?;
             self.wait_ready(Interest::READABLE, deadline, snapshot)?;
         }
     }
@@ -553,6 +559,17 @@ impl std::fmt::Debug for Evented {
             .field("fd", &self.fd)
             .field("registrations", &self.regs().len())
             .finish()
+    }
+}
+
+/// `TimedOut` once `deadline` has passed. Checked after each call that would block, before the
+/// wait: a wait that ends at once (a source the OS keeps reporting ready while its call
+/// answers `EWOULDBLOCK` — a datagram socket shut down for reading, under `poll(2)` or a
+/// one-shot reactor) never reaches the deadline check inside the wait.
+fn past_deadline(deadline: Option<Instant>) -> io::Result<()> {
+    match deadline {
+        Some(d) if Instant::now() >= d => Err(io::Error::from(io::ErrorKind::TimedOut)),
+        _ => Ok(()),
     }
 }
 

@@ -1,0 +1,202 @@
+//! Review (session 12) of the Linux IO path: readiness bits that outlived what they reported,
+//! and timeouts that must fire. Each test here failed before its fix, except where it says.
+#![cfg(target_os = "linux")]
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use spindle_rt::{IoBackend, Runtime};
+
+fn rt(io: IoBackend) -> Runtime {
+    Runtime::builder()
+        .io(io)
+        .workers(1)
+        .blocking_threads(1)
+        .build()
+        .unwrap()
+}
+
+/// Runs `case` in a task of `rt` and returns its result, or `None` if it has not finished
+/// within `limit` (the runtime is then leaked: a task that never ends would hang its drop).
+fn within<T: Send + 'static>(
+    rt: Runtime,
+    limit: Duration,
+    case: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = mpsc::channel();
+    let _task = rt.spawn(move || {
+        let _ = tx.send(case());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(v) => {
+            drop(rt);
+            Some(v)
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            std::mem::forget(rt);
+            None
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            drop(rt);
+            panic!("the case panicked (see its message above)");
+        }
+    }
+}
+
+/// Runs `f` in the current task while another task of the same worker ticks every 10 ms;
+/// returns `f`'s result, how long it took and whether the worker kept ticking meanwhile (a
+/// task that spins instead of waiting keeps its worker from the ticker).
+fn ticking<T>(f: impl FnOnce() -> T) -> (T, Duration, bool) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let ticker = {
+        let (ticks, stop) = (ticks.clone(), stop.clone());
+        spindle_rt::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                spindle_rt::sleep(Duration::from_millis(10));
+                ticks.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    spindle_rt::sleep(Duration::from_millis(1)); // the ticker starts
+    let start = Instant::now();
+    let value = f();
+    let took = start.elapsed();
+    let ticked = ticks.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    ticker.join().unwrap();
+    // One tick per 10 ms when the worker is free; a task spinning on it allows none. (Any
+    // tick counts: a loaded machine may delay the ticker's sleeps.)
+    let kept_ticking = ticked >= 1 || took < Duration::from_millis(20);
+    (value, took, kept_ticking)
+}
+
+/// A UDP port with nothing bound to it (for ICMP port-unreachable errors).
+fn closed_udp_port() -> std::net::SocketAddr {
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.local_addr().unwrap()
+}
+
+/// A connected UDP socket whose peer's port is closed gets an ICMP error: the reactor reports
+/// it (`EPOLLERR`: `Readiness::ERROR`) and the next `recv` returns it (`ConnectionRefused`),
+/// which consumes it. A `recv` after that must wait as usual — and time out. The error bit was
+/// kept for good ("final"), so every later wait ended at once: the `recv` spun on `EAGAIN`
+/// without ever reaching its deadline or yielding its worker.
+fn udp_error_is_not_sticky(io: IoBackend) {
+    let rt = rt(io);
+    let result = within(rt, Duration::from_secs(5), || {
+        let sock = spindle_io::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.connect(&closed_udp_port()).unwrap();
+        // The ICMP error must arrive while the socket is registered and its task waits, so
+        // that the reactor reports it: a second handle on the socket sends from a thread.
+        let sender = sock.try_clone().unwrap().into_std();
+        let sending = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            sender.send(b"ping").unwrap();
+        });
+        sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut buf = [0u8; 64];
+        let refused = sock.recv(&mut buf).unwrap_err();
+        assert_eq!(
+            refused.kind(),
+            std::io::ErrorKind::ConnectionRefused,
+            "{refused}"
+        );
+        sending.join().unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        // The error is consumed: this recv waits for data, and times out.
+        let (err, took, kept_ticking) = ticking(|| sock.recv(&mut buf).unwrap_err());
+        (err.kind(), took, kept_ticking)
+    });
+    let (kind, took, kept_ticking) =
+        result.expect("a recv after a consumed socket error never returned");
+    assert_eq!(kind, std::io::ErrorKind::TimedOut);
+    assert!(took >= Duration::from_millis(40), "{took:?}");
+    assert!(kept_ticking, "the worker spun in recv for {took:?}");
+}
+
+#[test]
+fn udp_error_is_not_sticky_epoll() {
+    udp_error_is_not_sticky(IoBackend::Epoll);
+}
+
+/// A task waits in `recv` on a Unix datagram socket (with a read timeout) when another task
+/// shuts its read side down. The kernel then reports the socket readable and read-closed for
+/// good while `recv` keeps failing with `EAGAIN` (datagram sockets have no end of stream):
+/// the wait must still end — with the timeout at the latest — and not spin on its worker.
+fn dgram_shutdown_while_waiting(io: IoBackend) {
+    let rt = rt(io);
+    let result = within(rt, Duration::from_secs(5), || {
+        let (a, _b) = spindle_io::net::UnixDatagram::pair().unwrap();
+        let a = std::sync::Arc::new(a);
+        a.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let closer = {
+            let a = a.clone();
+            spindle_rt::spawn(move || {
+                spindle_rt::sleep(Duration::from_millis(50));
+                a.shutdown(std::net::Shutdown::Read).unwrap();
+            })
+        };
+        let mut buf = [0u8; 16];
+        let (got, took, kept_ticking) = ticking(|| a.recv(&mut buf).map_err(|e| e.kind()));
+        closer.join().unwrap();
+        (got, took, kept_ticking)
+    });
+    let (got, took, kept_ticking) =
+        result.expect("a recv on a socket shut down meanwhile never returned");
+    assert!(
+        matches!(got, Ok(0) | Err(std::io::ErrorKind::TimedOut)),
+        "{got:?} after {took:?}"
+    );
+    assert!(kept_ticking, "the worker spun in recv for {took:?}");
+}
+
+#[test]
+fn dgram_shutdown_while_waiting_epoll() {
+    dgram_shutdown_while_waiting(IoBackend::Epoll);
+}
+
+/// Held before the fix (io_uring's receive returns 0, as std's blocking one): kept to pin the
+/// backends to one answer class.
+#[test]
+fn dgram_shutdown_while_waiting_uring() {
+    dgram_shutdown_while_waiting(IoBackend::IoUring);
+}
+
+/// The same with no runtime (the thread waits in `poll(2)`): `poll` reports the shut-down
+/// socket ready at once, `recv` answers `EAGAIN`, again and again — the read timeout must
+/// still end it (std's blocking `recv` would return 0; `TimedOut` is the least a deadline
+/// owes).
+#[test]
+fn dgram_shutdown_while_waiting_thread() {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let (a, _b) = spindle_io::net::UnixDatagram::pair().unwrap();
+        let a = std::sync::Arc::new(a);
+        a.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let closer = {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                a.shutdown(std::net::Shutdown::Read).unwrap();
+            })
+        };
+        let start = Instant::now();
+        let mut buf = [0u8; 16];
+        let got = a.recv(&mut buf).map_err(|e| e.kind());
+        closer.join().unwrap();
+        let _ = tx.send((got, start.elapsed()));
+    });
+    let (got, took) = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("a recv on a socket shut down meanwhile never returned");
+    assert!(
+        matches!(got, Ok(0) | Err(std::io::ErrorKind::TimedOut)),
+        "{got:?} after {took:?}"
+    );
+}
