@@ -430,11 +430,26 @@ impl WorkerCtx {
         if !header.start_running() {
             return;
         }
+        if popped.inherit_slice {
+            // A task handed the worker through the run-next slot (woken or spawned by the task
+            // before it) runs on in that task's slice, and the hand-off counts as one of its
+            // operations: a pair that keeps waking each other by plain wake-ups and parks (which
+            // cost no budget) would otherwise keep the slot, and the worker, for ever. Once the
+            // slice is spent (its operations, or the monitor's time), the task goes behind the
+            // worker's queues as a yield would, and the next task starts a fresh slice.
+            let left = counters.budget.left();
+            if left <= 1 {
+                self.shared
+                    .schedule_from(Some(self.index), task, Reason::Yielded);
+                return;
+            }
+            // Only this thread counts the budget down (see `spindle_park::Budget`).
+            counters.budget.refill(left - 1);
+        } else {
+            counters.start_slice(BUDGET);
+        }
         if header.registry_key.load(Ordering::Relaxed) == crate::registry::Key::NONE.to_bits() {
             self.first_run(&task);
-        }
-        if !popped.inherit_slice {
-            counters.start_slice(BUDGET);
         }
         counters.begin_run(header.id);
         self.current.set(&task);

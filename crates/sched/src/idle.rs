@@ -100,8 +100,10 @@
 //! The spinning shortcut: a pusher that reads "someone spins" wakes nobody. That spinner's
 //! later decrement of `counts` follows the value the pusher read, so (same fence argument) if
 //! the spinner ends *without* work it re-checks every queue after the pusher's `Fp` and sees
-//! `E` — and then spins again, so the next case applies to it; if it ends *with* work and was
-//! the last spinner, it reads `counts` in the same RMW and wakes a sleeper if there is one
+//! `E` — and then spins again (or, if [`notify_worker`](Idle::notify_worker) claimed it
+//! between its announcement and its re-check, it is *spun dry*, whose `end_spin` with work
+//! wakes a successor the same way), so the next case applies to it; if it ends *with* work
+//! and was the last spinner, it reads `counts` in the same RMW and wakes a sleeper if there is one
 //! (the wakee spins, and the argument repeats); if there was no sleeper, every worker that
 //! goes to sleep later does so with an `R` after that RMW, hence after the pusher's read, and
 //! sees `E`. A worker that is awake will call `pop`.
@@ -129,7 +131,9 @@ const AWAKE: u8 = 0;
 const SPINNING: u8 = 1;
 /// A worker that announced it is going to sleep, or sleeps; counted and in `sleepers`.
 const SLEEPING: u8 = 2;
-/// Awake, and just stopped spinning without finding work (on its way to sleep).
+/// Awake, and just stopped spinning without finding work (on its way to sleep); or claimed by
+/// [`Idle::notify_worker`] while `SLEEPING_SPUN`, before its re-check. If it finds work it
+/// wakes a successor (see `end_spin`).
 const SPUN_DRY: u8 = 3;
 /// Like `SLEEPING`, for a worker that was `SPUN_DRY`: if it cancels its sleep (its re-check
 /// found work), it becomes a spinner again.
@@ -337,7 +341,20 @@ impl Idle {
             return false;
         }
         sleepers.remove(w);
-        state.store(AWAKE, Ordering::Relaxed);
+        // A worker that was spinning until it announced its sleep may be claimed before its
+        // re-check, which then finds work a pusher skipped waking anyone for (it counted on
+        // the spinner): it must still wake a successor when it finds work, as `cancel_sleep`
+        // would have made it do. So it is claimed as spun dry, not awake; `woke` (it parked
+        // after a re-check that found nothing, so it owes nothing) makes it awake.
+        let now = state.load(Ordering::Relaxed);
+        state.store(
+            if now == SLEEPING_SPUN {
+                SPUN_DRY
+            } else {
+                AWAKE
+            },
+            Ordering::Relaxed,
+        );
         self.counts.fetch_sub(ONE_SLEEPING, Ordering::SeqCst);
         true
     }
@@ -455,12 +472,22 @@ impl Idle {
         let Some(state) = self.states.get(w) else {
             return;
         };
-        if !is_asleep(state.load(Ordering::Relaxed)) {
+        // Claimed by `notify_worker` after a spin (see there), and it parked: its re-check
+        // found nothing, so no pusher's work waits on it. Only `w` itself leaves `SPUN_DRY`.
+        let owed_nothing = |now: u8| !cancelled && now == SPUN_DRY;
+        let now = state.load(Ordering::Relaxed);
+        if owed_nothing(now) {
+            state.store(AWAKE, Ordering::Relaxed);
+            return;
+        }
+        if !is_asleep(now) {
             return; // claimed by a waker, who did the bookkeeping
         }
         let mut sleepers = lock(&self.sleepers);
         let now = state.load(Ordering::Relaxed);
-        if is_asleep(now) {
+        if owed_nothing(now) {
+            state.store(AWAKE, Ordering::Relaxed);
+        } else if is_asleep(now) {
             sleepers.remove(w);
             if cancelled && now == SLEEPING_SPUN {
                 state.store(SPINNING, Ordering::Relaxed);
