@@ -177,15 +177,22 @@ impl<T> Arm for SendArm<'_, T> {
     }
 
     fn register(&mut self, cx: &Arc<Waiter>, op: usize) -> bool {
-        let slot = Slot::new_arc(self.msg.take());
+        // A send arm completed by an earlier wait of this `Select` has no message left: it
+        // can never complete again, so it waits nowhere. (Registered with an empty slot, a
+        // zero-capacity channel's receiver claimed it as a rendezvous that carried nothing,
+        // and on a channel with room it looked ready for ever without completing.)
+        let Some(msg) = self.msg.take() else {
+            return false;
+        };
+        let slot = Slot::new_arc(Some(msg));
         let ready = self.chan.register_send(cx, op, &slot);
         self.slot = Some(slot);
         ready
     }
 
     fn unregister(&mut self, cx: &Arc<Waiter>) {
-        self.chan.unregister_send(cx);
         if let Some(slot) = self.slot.take() {
+            self.chan.unregister_send(cx);
             // SAFETY: not completed with this arm and no longer registered: nobody else
             // touches the slot.
             self.msg = unsafe { slot.take() };
@@ -248,6 +255,10 @@ impl<T> Arm for SendArm<'_, T> {
 ///   *ready* (they complete at once, with an error), as in crossbeam.
 /// * Messages of send arms that were not chosen are dropped with the builder.
 /// * **Spurious wake-ups**: none. **Fairness**: arms are tried starting at a random one.
+/// * **Budget**: every blocking wait (not [`try_wait`](Select::try_wait)) counts against the
+///   runtime's cooperative budget before it tries an arm, as a blocking `send`/`recv` does.
+/// * Waiting again on the same `Select` retries its arms; a send arm that has completed has no
+///   message left and never completes again.
 pub struct Select<'a> {
     arms: Vec<Box<dyn Arm + 'a>>,
 }
@@ -335,6 +346,13 @@ impl<'a> Select<'a> {
                 while crate::loom::park_until(deadline) == crate::loom::Wake::Woken {}
             }
             return None;
+        }
+        if !nonblocking {
+            // A blocking select counts against the runtime's cooperative budget, as a blocking
+            // `send`/`recv` does, and before it acts (the yield is a cancellation point): a
+            // coroutine looping on a select whose arm is always ready would otherwise keep its
+            // worker for ever.
+            crate::loom::consume_budget();
         }
         loop {
             let start = random_below(n);
