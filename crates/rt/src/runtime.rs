@@ -159,6 +159,9 @@ pub enum BuildError {
     /// The IO backend could not be set up (an explicitly chosen one that this kernel refuses,
     /// or `SPINDLE_IO` naming no backend); the message says which and why.
     Io(std::io::Error),
+    /// The scheduling policy refused the worker count (zero, or more than
+    /// [`spindle_sched::MAX_WORKERS`]); the error says which.
+    Sched(spindle_sched::SchedError),
     /// The configuration asks for something this build leaves out: the cargo feature named
     /// is off.
     NotCompiled {
@@ -176,6 +179,7 @@ impl fmt::Display for BuildError {
             BuildError::Stack(e) => write!(f, "cannot set up the runtime's stacks: {e}"),
             BuildError::Thread(e) => write!(f, "cannot spawn a worker thread: {e}"),
             BuildError::Io(e) => write!(f, "cannot set up the IO driver: {e}"),
+            BuildError::Sched(e) => write!(f, "invalid worker count: {e}"),
             BuildError::NotCompiled { what, feature } => write!(
                 f,
                 "{what} is not compiled in: enable the `{feature}` feature of spindle (or of \
@@ -191,6 +195,7 @@ impl std::error::Error for BuildError {
             BuildError::Invalid(_) | BuildError::NotCompiled { .. } => None,
             BuildError::Stack(e) => Some(e),
             BuildError::Thread(e) | BuildError::Io(e) => Some(e),
+            BuildError::Sched(e) => Some(e),
         }
     }
 }
@@ -215,7 +220,9 @@ impl Default for RuntimeBuilder {
 }
 
 impl RuntimeBuilder {
-    /// Worker threads (default: the available parallelism). 0 is refused by [`build`].
+    /// Worker threads (default: the available parallelism). 0, and more than
+    /// [`spindle_sched::MAX_WORKERS`] (65,535), are refused by [`build`]
+    /// ([`BuildError::Sched`]).
     ///
     /// [`build`]: RuntimeBuilder::build
     pub fn workers(mut self, n: usize) -> Self {
@@ -473,8 +480,7 @@ impl RuntimeBuilder {
 }
 
 fn sched_error(e: spindle_sched::SchedError) -> BuildError {
-    let _ = e;
-    BuildError::Invalid("the scheduling policy refused the worker count")
+    BuildError::Sched(e)
 }
 
 static NEXT_RUNTIME_ID: AtomicU64 = AtomicU64::new(1);

@@ -298,9 +298,12 @@ pub trait Policy<T: Task>: Send + Sync + 'static {
     fn stats(&self, w: usize) -> WorkerStats;
 }
 
-/// The most workers a policy or [`Idle`] supports (65,535 on 32-bit targets; 4,294,967,295 on
-/// 64-bit ones): [`Idle`] packs two worker counts into one atomic word.
-pub const MAX_WORKERS: usize = (1 << (usize::BITS / 2)) - 1;
+/// The most workers a policy or [`Idle`] supports: 65,535 ([`Idle`] packs two worker counts
+/// into one atomic word, which bounds it on 32-bit targets). Each worker is an OS thread with
+/// its own queues and cache-line-padded state (128 bytes and more per policy); the bound keeps
+/// those arrays allocatable, so that an absurd count is an error, not an allocation failure
+/// that aborts. No machine has as many cores.
+pub const MAX_WORKERS: usize = (1 << 16) - 1;
 
 /// A policy or [`Idle`] could not be created.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -325,7 +328,7 @@ impl fmt::Display for SchedError {
             }
             SchedError::TooManyWorkers { requested, max } => write!(
                 f,
-                "{requested} workers asked for; a scheduler supports at most {max} on this target"
+                "{requested} workers asked for; a scheduler supports at most {max}"
             ),
         }
     }
