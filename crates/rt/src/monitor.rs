@@ -69,17 +69,17 @@ impl MonitorHandle {
     }
 }
 
-pub(crate) fn start(shared: &Arc<Shared>, threshold: Duration) -> Monitor {
+/// Starts the monitor thread; an error if it cannot be spawned.
+pub(crate) fn start(shared: &Arc<Shared>, threshold: Duration) -> std::io::Result<Monitor> {
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
     let weak = Arc::downgrade(shared);
     let tick = (threshold / 4).max(Duration::from_millis(1)).min(SLICE);
     let thread = std::thread::Builder::new()
         .name("spindle-monitor".into())
-        .spawn(move || watch(weak, stop2, threshold, tick))
-        .expect("spawn the monitor thread");
+        .spawn(move || watch(weak, stop2, threshold, tick))?;
     let _ = shared.monitor.thread.set(thread.thread().clone());
-    Monitor { stop, thread }
+    Ok(Monitor { stop, thread })
 }
 
 /// What the monitor remembers of one worker.

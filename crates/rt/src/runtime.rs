@@ -318,8 +318,9 @@ impl RuntimeBuilder {
     ///
     /// # Errors
     ///
-    /// Zero workers or zero blocking threads, a stack size the pool refuses, or a thread that
-    /// cannot be spawned.
+    /// Zero workers (or more than [`spindle_sched::MAX_WORKERS`]) or zero blocking threads, a
+    /// thread name with a NUL byte, a stack size the pool refuses, or a thread that cannot be
+    /// spawned.
     pub fn build(self) -> Result<Runtime, BuildError> {
         let workers = match self.workers {
             Some(0) => return Err(BuildError::Invalid("a runtime needs at least one worker")),
@@ -329,6 +330,12 @@ impl RuntimeBuilder {
         if self.blocking_threads == 0 {
             return Err(BuildError::Invalid(
                 "the blocking pool needs at least one thread",
+            ));
+        }
+        if self.thread_name.contains('\0') {
+            // `std::thread::Builder::name` would panic on it.
+            return Err(BuildError::Invalid(
+                "the worker thread name contains a NUL byte",
             ));
         }
         // A runtime keeps many more stacks than the process-wide default pool: thousands of
@@ -437,13 +444,7 @@ impl RuntimeBuilder {
                 });
             match spawned {
                 Ok(handle) => handles.push(handle),
-                Err(e) => {
-                    shared.close();
-                    for h in handles {
-                        let _ = h.join();
-                    }
-                    return Err(BuildError::Thread(e));
-                }
+                Err(e) => return Err(abandon_build(&shared, handles, BuildError::Thread(e))),
             }
         }
         drop(started_tx);
@@ -462,21 +463,34 @@ impl RuntimeBuilder {
             }
         }
         if let Some(e) = failure {
-            shared.close();
-            for h in handles {
-                let _ = h.join();
-            }
-            return Err(e);
+            return Err(abandon_build(&shared, handles, e));
         }
-        let monitor = shared
-            .stuck_threshold
-            .map(|threshold| crate::monitor::start(&shared, threshold));
+        let monitor = match shared.stuck_threshold {
+            None => None,
+            Some(threshold) => match crate::monitor::start(&shared, threshold) {
+                Ok(monitor) => Some(monitor),
+                Err(e) => return Err(abandon_build(&shared, handles, BuildError::Thread(e))),
+            },
+        };
         Ok(Runtime {
             shared,
             threads: handles,
             monitor,
         })
     }
+}
+
+/// A build that failed after starting workers: stops and joins them, and returns `error`.
+fn abandon_build(
+    shared: &Shared,
+    workers: Vec<thread::JoinHandle<()>>,
+    error: BuildError,
+) -> BuildError {
+    shared.close();
+    for worker in workers {
+        let _ = worker.join();
+    }
+    error
 }
 
 fn sched_error(e: spindle_sched::SchedError) -> BuildError {

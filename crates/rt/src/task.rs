@@ -656,6 +656,16 @@ where
                 let Some(region) = crate::worker::current().map(|w| w.shared_region()) else {
                     unreachable!("tasks run on worker threads")
                 };
+                let region = match region {
+                    Ok(region) => region,
+                    Err(e) => {
+                        // As a stack that cannot be had for an own-stack coroutine (above): the
+                        // closure is dropped here, unrun, and the join says why.
+                        drop(f);
+                        self.prefix.finish(Err(Failure::NoStack(e.into())));
+                        return None;
+                    }
+                };
                 let b = crate::spawn::coroutine_builder(header);
                 // SAFETY: `SharedPending` is only made by a spawn whose caller accepted
                 // `Builder::shared_stack`'s contract, which is `Coroutine::with_shared_stack`'s;

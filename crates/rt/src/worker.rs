@@ -513,22 +513,19 @@ impl WorkerCtx {
         }
     }
 
-    /// This worker's shared stack region (a handle; made on first use).
-    ///
-    /// # Panics
-    ///
-    /// If the region cannot be mapped (a shared-stack coroutine then cannot run; its spawn
-    /// already succeeded). Rare: one mapping per worker, made once.
+    /// This worker's shared stack region (a handle; made on first use). An error if it cannot
+    /// be mapped (a size out of range, no memory): the shared-stack coroutine that asked then
+    /// cannot start, and its join reports why; a later one tries again.
     #[cfg(feature = "stack-shared")]
-    pub(crate) fn shared_region(&self) -> spindle_stack::SharedStack {
+    pub(crate) fn shared_region(
+        &self,
+    ) -> Result<spindle_stack::SharedStack, spindle_stack::StackError> {
         let mut region = self.region.borrow_mut();
-        if region.is_none() {
-            match spindle_stack::SharedStack::new(self.shared.shared_stack_size) {
-                Ok(r) => *region = Some(r),
-                Err(e) => panic!("cannot map worker {}'s shared stack: {e}", self.index),
-            }
+        if let Some(region) = &*region {
+            return Ok(region.clone());
         }
-        region.clone().expect("just made")
+        let made = spindle_stack::SharedStack::new(self.shared.shared_stack_size)?;
+        Ok(region.insert(made).clone())
     }
 
     /// Whether this worker holds more than it keeps when idle (see `IDLE_RELEASE_AFTER`).
