@@ -329,9 +329,11 @@ fn park_inner(deadline: Option<Instant>) -> Wake {
 
 /// Runs `future` to completion on the current task and returns its output.
 ///
-/// The future is polled with the current task's [`waker`]; while it is pending the task
-/// [`park`]s — inside a runtime's coroutine only that coroutine is suspended and its worker
-/// runs others; on a plain thread the thread blocks. So any runtime-agnostic future (the
+/// The future is polled with a waker that wakes the current task (as [`waker`]'s does); while
+/// it is pending the task [`park`]s — inside a runtime's coroutine only that coroutine is
+/// suspended and its worker runs others; on a plain thread the thread blocks. Its `poll` may
+/// itself park (a nested `block_on`, a blocking-style wait inside an `async` block): a wake-up
+/// of the future that such a park takes is not lost. So any runtime-agnostic future (the
 /// `futures` or `async-channel` kind, or one of `spindle-sync`'s) can be awaited from blocking
 /// code. Futures that need a particular async runtime's reactor (tokio's sockets and timers)
 /// need that runtime running somewhere; this function is not one.
@@ -374,14 +376,52 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
 }
 
 fn drive<F: Future + ?Sized>(mut future: Pin<&mut F>) -> F::Output {
-    let waker = waker();
+    let task = waker();
+    // First with the task's own waker: a future that is ready at once costs no allocation.
+    if let Poll::Ready(output) = future.as_mut().poll(&mut Context::from_waker(&task)) {
+        return output;
+    }
+    // The task has one permit, and `poll` may park (a nested `block_on`, a `join`, a `sleep`
+    // or a blocking-style lock inside an `async` block): such a park takes the permit that the
+    // future's waker set for this loop, which then parked for ever. So the future gets a waker
+    // of its own that also records the wake-up here; the loop polls again while it is set and
+    // parks only while it is not. Set at first: a wake-up of the first poll may have been
+    // taken the same way.
+    let woken = Arc::new(DriveWaker {
+        woken: AtomicBool::new(true),
+        task,
+    });
+    let waker = Waker::from(woken.clone());
     let mut cx = Context::from_waker(&waker);
     loop {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-            return output;
+        // Acquire: what the waker's caller did before waking is visible to the poll.
+        if woken.woken.swap(false, Ordering::Acquire) {
+            if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+                return output;
+            }
+        } else {
+            // A wake-up that comes now sets the permit (and the flag): this returns at once.
+            park();
         }
-        // A wake-up that came during `poll` set the permit: this returns at once then.
-        park();
+    }
+}
+
+/// The waker [`block_on`] polls its future with: records the wake-up for its loop, then wakes
+/// the task.
+struct DriveWaker {
+    woken: AtomicBool,
+    task: Waker,
+}
+
+impl WakeTrait for DriveWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        // Release: pairs with the loop's Acquire swap.
+        self.woken.store(true, Ordering::Release);
+        self.task.wake_by_ref();
     }
 }
 

@@ -164,7 +164,6 @@ where
     // pushed before it can run, by the body or a child that has not finished yet, so once every
     // entry has finished nothing can add another. (The list is not taken out: a child that
     // fails while we wait still finds its siblings there to cancel.)
-    let mut child_panic = None;
     let mut waited = 0;
     while let Some(task) = {
         let tasks = lock(&scope.children.tasks);
@@ -172,14 +171,22 @@ where
     } {
         waited += 1;
         wait_done(&task, Some(&scope.children));
-        let mut slot = task.join().slot.lock();
-        if let Some(Err(Failure::Panicked(_))) = &slot.result
-            && child_panic.is_none()
-            && let Some(Err(Failure::Panicked(p))) = slot.result.take()
-        {
-            child_panic = Some(p);
-        }
     }
+    // Only now take a child's panic: while a sibling still runs it may hold the failed
+    // child's handle and join it (which consumes the panic); taken from under it, its join
+    // found no result and waited for ever — and so did the scope, for that sibling. Now every
+    // handle's holder (the body, a child) has finished.
+    let tasks = std::mem::take(&mut *lock(&scope.children.tasks));
+    let child_panic = tasks.iter().find_map(|task| {
+        let mut slot = task.join().slot.lock();
+        match slot
+            .result
+            .take_if(|r| matches!(r, Err(Failure::Panicked(_))))
+        {
+            Some(Err(Failure::Panicked(p))) => Some(p),
+            _ => None,
+        }
+    });
     match body {
         Err(p) => resume_unwind(p),
         Ok(value) => match child_panic {

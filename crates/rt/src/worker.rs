@@ -109,6 +109,29 @@ pub(crate) fn current() -> Option<&'static WorkerCtx> {
     (!ctx.is_null()).then(|| unsafe { &*ctx })
 }
 
+/// Runs `f` with this thread's worker marked as running no coroutine, for code that the worker
+/// runs on its own stack while a coroutine's task is still its current one (a finishing task's
+/// wake-ups): user code there (a destructor) that parks must park the thread, not "suspend" a
+/// coroutine that is not running — which would switch stacks from the wrong one.
+pub(crate) fn outside_coroutine<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<(&'static WorkerCtx, *const TaskRef, *const Header)>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            if let Some((ctx, task, header)) = self.0 {
+                ctx.current.set(task);
+                ctx.current_header.set(header);
+            }
+        }
+    }
+    let _restore = Restore(current().map(|ctx| {
+        let saved = (ctx, ctx.current.get(), ctx.current_header.get());
+        ctx.current.set(ptr::null());
+        ctx.current_header.set(ptr::null());
+        saved
+    }));
+    f()
+}
+
 /// The index of this thread's worker if it belongs to `shared`'s runtime.
 pub(crate) fn current_index(shared: &Shared) -> Option<usize> {
     current()
