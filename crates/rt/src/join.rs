@@ -292,8 +292,12 @@ impl<T> DetachedVtable<T> {
         let output = cell.slot.lock().result.take_if(|r| r.is_ok());
         // `finish` runs on the worker's own stack with the finished task still its current
         // one: the value's destructor must not take itself for that coroutine (a park there
-        // would switch stacks from the wrong one); it runs as the worker's own code.
-        worker::outside_coroutine(|| drop(output));
+        // would switch stacks from the wrong one); it runs as the worker's own code. A panic in
+        // it has been reported by the panic hook (as a detached coroutine's own panic is) and
+        // must not unwind the worker.
+        worker::outside_coroutine(|| {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(output)));
+        });
     }
 
     unsafe fn drop(_: *const ()) {}

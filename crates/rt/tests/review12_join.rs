@@ -293,3 +293,36 @@ fn a_detached_value_whose_destructor_parks_is_dropped_as_the_workers_own_code() 
     }
     assert_eq!(rt.spawn(|| 7).join().unwrap(), 7, "the worker runs on");
 }
+
+/// As above, with a destructor that panics: the panic hook reports it (as a detached
+/// coroutine's own panic), and the worker runs on.
+#[test]
+fn a_detached_value_whose_destructor_panics_does_not_take_the_worker_down() {
+    struct PanicsOnDrop(Arc<AtomicBool>);
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+            panic!("a detached value's destructor panics (expected by the test)");
+        }
+    }
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let dropped = Arc::new(AtomicBool::new(false));
+    let d = dropped.clone();
+    let (go_tx, go_rx) = spindle_sync::mpsc::channel::<()>();
+    let h = rt.spawn(move || {
+        let _ = go_rx.recv();
+        PanicsOnDrop(d)
+    });
+    drop(h);
+    go_tx.send(()).unwrap();
+    let next = within_10s("the worker after a panicking destructor", move || {
+        let start = std::time::Instant::now();
+        while !dropped.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let next = rt.spawn(|| 7).join().ok();
+        std::mem::forget(rt); // a broken runtime's drop would hang: the test reports instead
+        next
+    });
+    assert_eq!(next, Some(7), "the worker runs on");
+}
