@@ -127,10 +127,22 @@ impl<T: Send + 'static> JoinHandle<T> {
         spindle_park::consume_budget();
         loop {
             if let Some(result) = self.take_or_register() {
+                self.joined();
                 return result;
             }
             spindle_park::park();
         }
+    }
+
+    /// Lets go of a handle whose result was taken, without its `Drop`: the slot holds nothing
+    /// left to drop (no value; no waiter: `finish` took it when it stored the result, and no
+    /// wait registers one after), so the detach's lock would be for nothing.
+    #[inline]
+    fn joined(self) {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again, so the task reference is moved out
+        // (and dropped) exactly once.
+        drop(unsafe { std::ptr::read(&this.task) });
     }
 
     /// Panics if the calling coroutine is the one this handle joins.
