@@ -49,7 +49,12 @@ fn mutex_retry_and_handoff() {
             thread::spawn(move || *m.lock() += 10)
         };
         for _ in 0..2 {
-            *m.lock() += 1;
+            let mut g = m.lock();
+            // Holding the lock, let B run: B's spin yields to this thread, so without this
+            // loom never runs B's re-queue before the unlock, and the hand-off is never
+            // explored (found in session 12 by making that branch panic: no model reached it).
+            thread::yield_now();
+            *g += 1;
         }
         b.join().unwrap();
         assert_eq!(*m.lock(), 12);
@@ -356,7 +361,12 @@ fn condvar_cancelled_waiter_passes_notify_on() {
         let c = {
             let pair = pair.clone();
             thread::spawn(move || {
-                let _ = cancelled_at_park(|| drop(pair.1.wait(pair.0.lock())));
+                let woken = cancelled_at_park(|| drop(pair.1.wait(pair.0.lock())));
+                if woken.is_some() {
+                    // Not cancelled after all (notified before its park): it took the one
+                    // notification, which main needs too.
+                    pair.1.notify_one();
+                }
             })
         };
         let n = {
