@@ -4,9 +4,9 @@ use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
+use std::task::{Context, Poll};
 
-use crate::task::{Failure, JoinCell, State, TaskRef, TypedTask};
+use crate::task::{Failure, State, TaskRef, TypedTask};
 use crate::worker;
 
 /// An owned permission to join a coroutine (wait for its result) or cancel it.
@@ -244,21 +244,24 @@ impl<T: Send + 'static> Future for JoinHandle<T> {
 }
 
 /// Dropping the handle detaches the coroutine, and its value is dropped as soon as it exists:
-/// now if it finished, else when it finishes. (Left in the task until the task's last reference
-/// went, a value that held the coroutine's own waker — or anything that keeps one — kept the
-/// task alive, and so itself: never dropped, never freed.) A failure stays: a scope reads a
-/// detached child's panic.
+/// now if it finished, else by `finish` when it does (see `JoinSlot::detached`). (Left in the
+/// task until the task's last reference went, a value that held the coroutine's own waker — or
+/// anything that keeps one — kept the task alive, and so itself: never dropped, never freed.)
+/// A failure stays: a scope reads a detached child's panic.
 impl<T> Drop for JoinHandle<T> {
     fn drop(&mut self) {
-        let cell = self.task.join();
+        if !std::mem::needs_drop::<T>() {
+            // A value without drop glue cannot keep anything alive: leave it (and the slot's
+            // lock) alone, which is what a detached spawn of `()` costs.
+            return;
+        }
         let (output, waiter) = {
-            let mut slot = cell.slot.lock();
+            let mut slot = self.task.join().slot.lock();
             let waiter = slot.waiter.take();
             if slot.done {
                 (slot.result.take_if(|r| r.is_ok()), waiter)
             } else {
-                // `finish` wakes the waiter after it stored the result: this one drops it.
-                slot.waiter = Some(detached_waker(cell));
+                slot.detached = true;
                 (None, waiter)
             }
         };
@@ -266,53 +269,6 @@ impl<T> Drop for JoinHandle<T> {
         drop(waiter);
         drop(output);
     }
-}
-
-/// The waiter of a detached task's join cell: its wake drops the value the task just stored.
-///
-/// Not a real waker: made only by `JoinHandle::drop`, for `cell`'s slot, where only
-/// `TaskPrefix::finish` takes it, to wake it at once — while the worker that runs `finish` holds
-/// a reference to the task, so the cell is alive — or the task's destruction drops it unwoken
-/// (its drop touches nothing). It counts no reference: a counted one would keep the task alive
-/// until it finishes, which the task's run-queue or idle reference does anyway.
-fn detached_waker<T>(cell: &JoinCell<T>) -> Waker {
-    let raw = RawWaker::new(std::ptr::from_ref(cell).cast(), DetachedVtable::<T>::VTABLE);
-    // SAFETY: the vtable's functions keep `RawWaker`'s contract for the uses described above:
-    // clone copies the pointer, drop does nothing, and wake dereferences the cell only when
-    // called by `finish`, with the task alive; the cell is `Sync` (its slot is a lock) and `T`
-    // is `Send` (every `JoinHandle<T>` is made by a spawn that requires it), so the wake may
-    // drop the value on the worker's thread.
-    unsafe { Waker::from_raw(raw) }
-}
-
-/// The functions of [`detached_waker`]s for a result type `T`.
-struct DetachedVtable<T>(std::marker::PhantomData<T>);
-
-impl<T> DetachedVtable<T> {
-    /// A promoted constant: one `static` per `T`.
-    const VTABLE: &'static RawWakerVTable =
-        &RawWakerVTable::new(Self::clone, Self::wake, Self::wake, Self::drop);
-
-    unsafe fn clone(data: *const ()) -> RawWaker {
-        RawWaker::new(data, Self::VTABLE)
-    }
-
-    unsafe fn wake(data: *const ()) {
-        // SAFETY: `data` is the join cell of a task that `finish` is finishing (see
-        // `detached_waker`), alive while `finish` runs.
-        let cell = unsafe { &*data.cast::<JoinCell<T>>() };
-        let output = cell.slot.lock().result.take_if(|r| r.is_ok());
-        // `finish` runs on the worker's own stack with the finished task still its current
-        // one: the value's destructor must not take itself for that coroutine (a park there
-        // would switch stacks from the wrong one); it runs as the worker's own code. A panic in
-        // it has been reported by the panic hook (as a detached coroutine's own panic is) and
-        // must not unwind the worker.
-        worker::outside_coroutine(|| {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(output)));
-        });
-    }
-
-    unsafe fn drop(_: *const ()) {}
 }
 
 impl<T> fmt::Debug for JoinHandle<T> {

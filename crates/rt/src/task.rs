@@ -512,6 +512,10 @@ pub(crate) struct JoinSlot<T> {
     pub(crate) done: bool,
     /// Who waits in `join` (the task's one `JoinHandle`).
     pub(crate) waiter: Option<Waker>,
+    /// The `JoinHandle` was dropped before the task finished: `finish` drops a value at once
+    /// instead of storing it (a failure is still stored: a scope reads a detached child's
+    /// panic).
+    pub(crate) detached: bool,
     /// The scope that spawned the task, waiting for it to finish (`scope::wait_done`) — a
     /// second waiter, as a sibling coroutine may be joining the task's handle at the same
     /// time: one shared slot made the later waiter replace the earlier, which never woke.
@@ -704,12 +708,32 @@ impl<T> TaskPrefix<T> {
             .shared()
             .tasks
             .remove(crate::registry::Key::from_bits(key));
-        let (waiter, scope_waiter) = {
+        let (waiter, scope_waiter, unwanted) = {
             let mut slot = self.join.slot.lock();
-            slot.result = Some(outcome);
+            // (`slot.detached` is only ever set for a `T` with drop glue: see `JoinHandle`'s
+            // drop; the check compiles away for the others.)
+            let unwanted = if std::mem::needs_drop::<T>() && slot.detached && outcome.is_ok() {
+                Some(outcome)
+            } else {
+                slot.result = Some(outcome);
+                None
+            };
             slot.done = true;
-            (slot.waiter.take(), slot.scope_waiter.take())
+            (slot.waiter.take(), slot.scope_waiter.take(), unwanted)
         };
+        if let Some(value) = unwanted {
+            // The value of a detached coroutine, dropped now: left in the task until its last
+            // reference went, a value that held the coroutine's own waker (a channel's kept
+            // packet) kept the task, and so itself, alive for good. This runs on the worker's
+            // own stack with the finished task still its current one, so the destructor runs as
+            // the worker's own code (a park there parks the thread: it must not take itself for
+            // the finished coroutine and switch stacks from the wrong one); a panic in it has
+            // been reported by the panic hook, as a detached coroutine's own panic is, and must
+            // not unwind the worker.
+            crate::worker::outside_coroutine(|| {
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(value)));
+            });
+        }
         if let Some(w) = waiter {
             w.wake();
         }
@@ -848,6 +872,7 @@ where
                         done: false,
                         waiter: None,
                         scope_waiter: None,
+                        detached: false,
                     }),
                 },
             },
