@@ -472,8 +472,10 @@ impl Runtime {
     ///
     /// # Panics
     ///
-    /// If `f` panics (the panic continues here), if called from inside a coroutine (that would
-    /// block a worker: spawn and join instead), or if no stack can be had.
+    /// If `f` panics (the panic continues here), if called on a worker thread — from inside a
+    /// coroutine, or from code the worker runs itself, such as a detached coroutine's value
+    /// being dropped (that would block a worker, and with it perhaps the very coroutine waited
+    /// for: spawn and join instead) — or if no stack can be had.
     pub fn block_on<F, T>(&self, f: F) -> T
     where
         F: FnOnce() -> T + Send,
@@ -483,6 +485,13 @@ impl Runtime {
             panic!(
                 "Runtime::block_on called from inside a coroutine: it would block a worker \
                  thread; spawn the work and join its handle instead"
+            );
+        }
+        if crate::worker::current().is_some() {
+            panic!(
+                "Runtime::block_on called on a runtime's worker thread (outside its coroutines: \
+                 a destructor the worker runs, say): it would block the worker, which may be the \
+                 one that must run the coroutine waited for; spawn the work instead"
             );
         }
         let handle = self.handle();

@@ -326,3 +326,41 @@ fn a_detached_value_whose_destructor_panics_does_not_take_the_worker_down() {
     });
     assert_eq!(next, Some(7), "the worker runs on");
 }
+
+/// `Runtime::block_on` from code a worker runs as its own (here: a detached coroutine's value
+/// dropped when the coroutine ends) panics with a clear message. It blocked the worker, and on
+/// a runtime of one worker the root coroutine it waited for was queued on that very worker:
+/// a deadlock.
+#[test]
+fn block_on_on_a_worker_thread_outside_coroutines_panics_instead_of_deadlocking() {
+    struct BlocksOnDrop(Arc<Runtime>, mpsc::Sender<Result<u32, String>>);
+    impl Drop for BlocksOnDrop {
+        fn drop(&mut self) {
+            let rt = self.0.clone();
+            let got = catch_unwind(AssertUnwindSafe(|| rt.block_on(|| 1))).map_err(|p| {
+                p.downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_default()
+            });
+            let _ = self.1.send(got);
+        }
+    }
+    let rt = Arc::new(Runtime::builder().workers(1).build().unwrap());
+    let (tx, rx) = mpsc::channel();
+    let (go_tx, go_rx) = spindle_sync::mpsc::channel::<()>();
+    let value_rt = rt.clone();
+    let h = rt.spawn(move || {
+        let _ = go_rx.recv();
+        BlocksOnDrop(value_rt, tx)
+    });
+    drop(h); // detached: the worker drops the value when the coroutine ends
+    go_tx.send(()).unwrap();
+    let got = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("block_on on the worker deadlocked");
+    let message = got.expect_err("block_on on a worker thread ran");
+    assert!(message.contains("worker thread"), "{message}");
+    assert_eq!(rt.spawn(|| 7).join().unwrap(), 7, "the worker runs on");
+    std::mem::forget(rt); // the value's clone may be the one left: not dropped on the worker
+}
