@@ -391,6 +391,36 @@ pub(crate) fn recv_op(fd: RawFd, buf: &mut [u8], peek: bool) -> crate::Op<'_> {
     }
 }
 
+/// The flags of a send that must not raise `SIGPIPE`: `MSG_NOSIGNAL` where it exists; none
+/// elsewhere, where sockets get `SO_NOSIGPIPE` at creation.
+#[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+pub(crate) const SEND_NO_SIGPIPE: libc::c_int = libc::MSG_NOSIGNAL;
+/// See above.
+#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+pub(crate) const SEND_NO_SIGPIPE: libc::c_int = 0;
+
+/// A gathering send on a stream socket: `sendmsg(2)` with `MSG_NOSIGNAL` (where it exists;
+/// `SO_NOSIGPIPE` is set at creation elsewhere), so that a closed connection gives `EPIPE`,
+/// never `SIGPIPE` — unlike `writev(2)`, which std's `write_vectored` makes.
+pub(crate) fn send_vectored(fd: RawFd, bufs: &[std::io::IoSlice<'_>]) -> io::Result<usize> {
+    // At most IOV_MAX (1024 on Linux and the BSDs) buffers: more fail with EMSGSIZE; a
+    // partial write is allowed anyway.
+    let bufs = &bufs[..bufs.len().min(1024)];
+    // SAFETY: all-zero is a valid msghdr (no name, no control data).
+    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+    // `IoSlice` is ABI-compatible with `iovec` on Unix (std guarantees it); sendmsg only
+    // reads the buffers.
+    msg.msg_iov = bufs.as_ptr().cast_mut().cast::<libc::iovec>();
+    msg.msg_iovlen = bufs.len() as _;
+    // SAFETY: `msg` points at `bufs.len()` valid iovecs, each describing a live buffer.
+    let n = unsafe { libc::sendmsg(fd, &msg, SEND_NO_SIGPIPE) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
 /// A send on `fd` from `buf`, for a proactor.
 pub(crate) fn send_op(fd: RawFd, buf: &[u8]) -> crate::Op<'_> {
     crate::Op::Send { fd, buf, flags: 0 }

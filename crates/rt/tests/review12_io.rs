@@ -1,5 +1,5 @@
 //! Review (session 12) of the Linux IO path: readiness bits that outlived what they reported,
-//! and timeouts that must fire. Each test here failed before its fix, except where it says.
+//! timeouts that must fire, and a gathering TCP write that raised `SIGPIPE`. Each test here failed before its fix, except where it says.
 #![cfg(target_os = "linux")]
 
 use std::sync::mpsc;
@@ -199,4 +199,106 @@ fn dgram_shutdown_while_waiting_thread() {
         matches!(got, Ok(0) | Err(std::io::ErrorKind::TimedOut)),
         "{got:?} after {took:?}"
     );
+}
+
+mod sigpipe {
+    use std::io::{IoSlice, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Mutex, MutexGuard};
+    use std::time::Duration;
+
+    use spindle_rt::IoBackend;
+
+    use super::{rt, within};
+
+    static SIGPIPES: AtomicUsize = AtomicUsize::new(0);
+
+    extern "C" fn count_sigpipe(_: libc::c_int) {
+        SIGPIPES.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Counts SIGPIPEs instead of ignoring them (as a host program that does not ignore
+    /// SIGPIPE would die of them) while it lives; restores the previous disposition on drop.
+    struct CountSigpipe(libc::sigaction, #[allow(dead_code)] MutexGuard<'static, ()>);
+
+    /// One counting test at a time: the disposition is process-wide.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    impl CountSigpipe {
+        fn install() -> CountSigpipe {
+            let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: all-zero is a valid sigaction; the handler only touches an atomic
+            // (async-signal-safe); `old` is valid for writes.
+            unsafe {
+                let mut new: libc::sigaction = std::mem::zeroed();
+                new.sa_sigaction = count_sigpipe as *const () as libc::sighandler_t;
+                libc::sigemptyset(&mut new.sa_mask);
+                let mut old: libc::sigaction = std::mem::zeroed();
+                assert_eq!(libc::sigaction(libc::SIGPIPE, &new, &mut old), 0);
+                CountSigpipe(old, serial)
+            }
+        }
+    }
+
+    impl Drop for CountSigpipe {
+        fn drop(&mut self) {
+            // SAFETY: restores the disposition `install` saved.
+            unsafe { libc::sigaction(libc::SIGPIPE, &self.0, std::ptr::null_mut()) };
+        }
+    }
+
+    /// `TcpStream` documents that writing to a connection the peer closed returns `EPIPE`,
+    /// never a `SIGPIPE`. Its `write_vectored` went, on the readiness path (epoll, polling,
+    /// no runtime), to std's `write_vectored`: `writev(2)`, which has no `MSG_NOSIGNAL`, so
+    /// a program that does not ignore SIGPIPE died of it.
+    fn tcp_write_vectored_no_sigpipe(io: Option<IoBackend>) {
+        let _guard = CountSigpipe::install();
+        let before = SIGPIPES.load(Ordering::SeqCst);
+        let case = || {
+            let listener = spindle_io::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut client =
+                spindle_io::net::TcpStream::connect(&listener.local_addr().unwrap()).unwrap();
+            let (server, _) = listener.accept().unwrap();
+            drop(server);
+            // The first writes may succeed (the peer answers them with a reset); then EPIPE.
+            for _ in 0..100 {
+                let bufs = [IoSlice::new(b"ab"), IoSlice::new(b"cd")];
+                match client.write_vectored(&bufs) {
+                    Ok(n) => {
+                        assert_eq!(n, 4);
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(e) => return e.kind(),
+                }
+            }
+            panic!("writes to a closed connection kept succeeding");
+        };
+        let kind = match io {
+            Some(io) => within(rt(io), Duration::from_secs(10), case).expect("the case hung"),
+            None => case(),
+        };
+        assert!(
+            matches!(
+                kind,
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+            ),
+            "{kind:?}"
+        );
+        assert_eq!(
+            SIGPIPES.load(Ordering::SeqCst) - before,
+            0,
+            "write_vectored raised SIGPIPE"
+        );
+    }
+
+    #[test]
+    fn tcp_write_vectored_no_sigpipe_epoll() {
+        tcp_write_vectored_no_sigpipe(Some(IoBackend::Epoll));
+    }
+
+    /// Outside a runtime (the thread waits in poll(2)): the same call.
+    #[test]
+    fn tcp_write_vectored_no_sigpipe_no_runtime() {
+        tcp_write_vectored_no_sigpipe(None);
+    }
 }

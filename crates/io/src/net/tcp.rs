@@ -629,6 +629,13 @@ impl TcpStream {
             };
         }
         let deadline = self.ev.deadline(Direction::Write);
+        // Not std's write_vectored on Unix: that is writev(2), which raises SIGPIPE on a
+        // closed connection.
+        #[cfg(unix)]
+        return self.ev.readiness_op(Direction::Write, deadline, || {
+            sys::send_vectored(self.ev.fd(), bufs)
+        });
+        #[cfg(windows)]
         self.ev.readiness_op(Direction::Write, deadline, || {
             (&self.inner).write_vectored(bufs)
         })

@@ -367,12 +367,8 @@ impl UnixStream {
 /// `send(2)` with `MSG_NOSIGNAL` where it exists (std's `UnixStream::write` uses `write(2)`,
 /// which raises `SIGPIPE` on a closed peer).
 fn send_nosignal(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
-    #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
-    let flags = libc::MSG_NOSIGNAL;
-    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
-    let flags = 0; // SO_NOSIGPIPE is set at creation
     // SAFETY: `buf` is valid for reads of its length.
-    let n = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), flags) };
+    let n = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), sys::SEND_NO_SIGPIPE) };
     if n < 0 {
         Err(io::Error::last_os_error())
     } else {
