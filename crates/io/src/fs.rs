@@ -166,7 +166,7 @@ impl File {
     ///
     /// As [`std::os::unix::fs::FileExt::read_at`].
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.read_impl(buf, Some(offset))
+        self.read_impl(buf, Some(check_offset(offset)?))
     }
 
     /// Writes at `offset` without moving the file position (`pwrite`).
@@ -175,7 +175,7 @@ impl File {
     ///
     /// As [`std::os::unix::fs::FileExt::write_at`].
     pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
-        self.write_impl(buf, Some(offset))
+        self.write_impl(buf, Some(check_offset(offset)?))
     }
 
     fn read_impl(&self, buf: &mut [u8], offset: Option<u64>) -> io::Result<usize> {
@@ -391,4 +391,18 @@ pub fn create_dir_all<P: AsRef<Path>>(path: P) -> io::Result<()> {
 pub fn metadata<P: AsRef<Path>>(path: P) -> io::Result<std::fs::Metadata> {
     let path = path.as_ref().to_path_buf();
     crate::offload(move || std::fs::metadata(path))?
+}
+
+/// `offset` if a positioned read or write may use it: the kernel's offsets are signed, and
+/// `pread`/`pwrite` refuse one beyond `i64::MAX` (`EINVAL`). Checked here for every path, as
+/// io_uring reads `u64::MAX` (`-1`) as "the current position" instead: a read there returned
+/// data from wherever the file position stood.
+fn check_offset(offset: u64) -> io::Result<u64> {
+    if offset > i64::MAX as u64 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("file offset {offset} is beyond the largest the kernel takes (i64::MAX)"),
+        ));
+    }
+    Ok(offset)
 }
