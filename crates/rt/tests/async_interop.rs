@@ -8,45 +8,17 @@
     feature = "stack-shared"
 ))]
 
+mod common;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use common::Signal;
 use spindle_rt::{Builder, JoinError, Runtime, block_on_future};
-
-/// A minimal runtime-agnostic one-shot: a future completed by `fire` from anywhere.
-#[derive(Clone, Default)]
-struct Signal(Arc<Mutex<(Option<u32>, Option<Waker>)>>);
-
-impl Signal {
-    fn fire(&self, value: u32) {
-        let waker = {
-            let mut s = self.0.lock().unwrap();
-            s.0 = Some(value);
-            s.1.take()
-        };
-        if let Some(w) = waker {
-            w.wake();
-        }
-    }
-}
-
-impl Future for Signal {
-    type Output = u32;
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<u32> {
-        let mut s = self.0.lock().unwrap();
-        match s.0 {
-            Some(v) => Poll::Ready(v),
-            None => {
-                s.1 = Some(cx.waker().clone());
-                Poll::Pending
-            }
-        }
-    }
-}
 
 /// Runs `f` on another thread and fails the test if it does not finish in 20 s (a wait that
 /// blocked a worker instead of suspending a coroutine would hang).

@@ -4,12 +4,15 @@
 //! jobs read the `File` through a pointer into the suspended coroutine's stack.)
 #![cfg(target_os = "linux")]
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener as StdListener, TcpStream as StdStream};
 use std::sync::Once;
 use std::time::Duration;
 
-use spindle_rt::{Builder, IoBackend, JoinError, Runtime};
+use common::rt;
+use spindle_rt::{Builder, IoBackend, JoinError};
 
 fn watchdog() {
     static ONCE: Once = Once::new();
@@ -20,15 +23,6 @@ fn watchdog() {
             std::process::abort();
         });
     });
-}
-
-fn rt(io: IoBackend) -> Runtime {
-    Runtime::builder()
-        .io(io)
-        .workers(1)
-        .blocking_threads(1)
-        .build()
-        .unwrap()
 }
 
 /// A connected std pair: (client, server).

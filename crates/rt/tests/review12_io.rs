@@ -2,46 +2,13 @@
 //! timeouts that must fire, and a gathering TCP write that raised `SIGPIPE`. Each test here failed before its fix, except where it says.
 #![cfg(target_os = "linux")]
 
+mod common;
+
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use spindle_rt::{IoBackend, Runtime};
-
-fn rt(io: IoBackend) -> Runtime {
-    Runtime::builder()
-        .io(io)
-        .workers(1)
-        .blocking_threads(1)
-        .build()
-        .unwrap()
-}
-
-/// Runs `case` in a task of `rt` and returns its result, or `None` if it has not finished
-/// within `limit` (the runtime is then leaked: a task that never ends would hang its drop).
-fn within<T: Send + 'static>(
-    rt: Runtime,
-    limit: Duration,
-    case: impl FnOnce() -> T + Send + 'static,
-) -> Option<T> {
-    let (tx, rx) = mpsc::channel();
-    let _task = rt.spawn(move || {
-        let _ = tx.send(case());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(v) => {
-            drop(rt);
-            Some(v)
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            std::mem::forget(rt);
-            None
-        }
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            drop(rt);
-            panic!("the case panicked (see its message above)");
-        }
-    }
-}
+use common::{rt, within};
+use spindle_rt::IoBackend;
 
 /// Runs `f` in the current task while another task of the same worker ticks every 10 ms;
 /// returns `f`'s result, how long it took and whether the worker kept ticking meanwhile (a

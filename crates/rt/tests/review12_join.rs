@@ -4,14 +4,17 @@
 //! `block_on_future`, a `join`, a `sleep`). Each wait that used to hang runs on a watchdog
 //! thread, so a hang is a test failure, not a stuck test binary.
 
+mod common;
+
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, mpsc};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use common::Signal;
 use spindle_rt::{CancelGuard, Runtime, block_on_future};
 
 /// Runs `f` on another thread; fails the test if it does not finish in 10 s.
@@ -22,37 +25,6 @@ fn within_10s<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'sta
         Ok(v) => v,
         Err(mpsc::RecvTimeoutError::Timeout) => panic!("hung: {what}"),
         Err(mpsc::RecvTimeoutError::Disconnected) => panic!("panicked: {what}"),
-    }
-}
-
-/// A runtime-agnostic one-shot: a future completed by `fire` from anywhere.
-#[derive(Clone, Default)]
-struct Signal(Arc<Mutex<(Option<u32>, Option<Waker>)>>);
-
-impl Signal {
-    fn fire(&self, value: u32) {
-        let waker = {
-            let mut s = self.0.lock().unwrap();
-            s.0 = Some(value);
-            s.1.take()
-        };
-        if let Some(w) = waker {
-            w.wake();
-        }
-    }
-}
-
-impl Future for Signal {
-    type Output = u32;
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<u32> {
-        let mut s = self.0.lock().unwrap();
-        match s.0 {
-            Some(v) => Poll::Ready(v),
-            None => {
-                s.1 = Some(cx.waker().clone());
-                Poll::Pending
-            }
-        }
     }
 }
 

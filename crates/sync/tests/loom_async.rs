@@ -8,14 +8,12 @@
 
 mod loom_common;
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Wake, Waker};
 
+use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
-use loom::sync::{Arc, Condvar, Mutex as LoomMutex};
 use loom::thread;
-use loom_common::model;
+use loom_common::{block_on, model, poll_with};
 use spindle_sync::{Mutex, Notify, Semaphore, mpmc};
 
 /// A waker that counts its wake-ups.
@@ -31,42 +29,6 @@ impl Wake for Counter {
 fn counting() -> (Waker, std::sync::Arc<Counter>) {
     let c = std::sync::Arc::new(Counter::default());
     (Waker::from(c.clone()), c)
-}
-
-fn poll_with<F: Future + Unpin>(fut: &mut F, waker: &Waker) -> Poll<F::Output> {
-    Pin::new(fut).poll(&mut Context::from_waker(waker))
-}
-
-/// A token parker (as the crate's loom parker): the waker of [`block_on`].
-struct Parker {
-    token: LoomMutex<bool>,
-    condvar: Condvar,
-}
-
-impl Wake for Parker {
-    fn wake(self: std::sync::Arc<Self>) {
-        *self.token.lock().unwrap() = true;
-        self.condvar.notify_one();
-    }
-}
-
-/// A minimal executor: poll, park until woken, repeat. A lost wake-up: loom reports a deadlock.
-fn block_on<F: Future + Unpin>(mut fut: F) -> F::Output {
-    let parker = std::sync::Arc::new(Parker {
-        token: LoomMutex::new(false),
-        condvar: Condvar::new(),
-    });
-    let waker = Waker::from(parker.clone());
-    loop {
-        if let Poll::Ready(v) = poll_with(&mut fut, &waker) {
-            return v;
-        }
-        let mut token = parker.token.lock().unwrap();
-        while !*token {
-            token = parker.condvar.wait(token).unwrap();
-        }
-        *token = false;
-    }
 }
 
 #[test]

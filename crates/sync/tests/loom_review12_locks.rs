@@ -8,14 +8,12 @@
 
 mod loom_common;
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Wake, Waker};
 use std::time::Duration;
 
-use loom::sync::{Arc, Condvar as LoomCondvar, Mutex as LoomMutex};
+use loom::sync::Arc;
 use loom::thread;
-use loom_common::{cancelled_at_park, later, model_with_preemptions};
+use loom_common::{block_on, cancelled_at_park, later, model_with_preemptions, poll_with};
 use spindle_sync::{
     AcquireError, Condvar, Mutex, MutexLockFuture, Notify, RwLock, Semaphore, WaitGroup,
 };
@@ -29,42 +27,6 @@ impl Wake for Noop {
 
 fn noop() -> Waker {
     Waker::from(std::sync::Arc::new(Noop))
-}
-
-fn poll_with<F: Future + Unpin>(fut: &mut F, waker: &Waker) -> Poll<F::Output> {
-    Pin::new(fut).poll(&mut Context::from_waker(waker))
-}
-
-/// A token parker: the waker of [`block_on`].
-struct Parker {
-    token: LoomMutex<bool>,
-    condvar: LoomCondvar,
-}
-
-impl Wake for Parker {
-    fn wake(self: std::sync::Arc<Self>) {
-        *self.token.lock().unwrap() = true;
-        self.condvar.notify_one();
-    }
-}
-
-/// A minimal executor: poll, park until woken, repeat. A lost wake-up: loom reports a deadlock.
-fn block_on<F: Future + Unpin>(mut fut: F) -> F::Output {
-    let parker = std::sync::Arc::new(Parker {
-        token: LoomMutex::new(false),
-        condvar: LoomCondvar::new(),
-    });
-    let waker = Waker::from(parker.clone());
-    loop {
-        if let Poll::Ready(v) = poll_with(&mut fut, &waker) {
-            return v;
-        }
-        let mut token = parker.token.lock().unwrap();
-        while !*token {
-            token = parker.condvar.wait(token).unwrap();
-        }
-        *token = false;
-    }
 }
 
 fn no_waiters(debug: String) {

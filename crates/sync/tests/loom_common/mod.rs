@@ -1,7 +1,12 @@
 //! Shared by the loom models (`tests/loom_*.rs`).
 #![allow(dead_code)] // each model uses a part
 
+use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::task::{Context, Poll, Wake, Waker};
+
+use loom::sync::{Condvar as LoomCondvar, Mutex as LoomMutex};
 
 /// Runs `f` under loom, bounding preemptions to 2 unless `LOOM_MAX_PREEMPTIONS` says
 /// otherwise (unbounded exploration would take hours), and prints how many interleavings it
@@ -77,4 +82,41 @@ fn clear_cancel() {
 /// the models explore.
 pub fn later() -> std::time::Instant {
     std::time::Instant::now() + std::time::Duration::from_secs(3600)
+}
+
+/// Polls `fut` once with `waker`.
+pub fn poll_with<F: Future + Unpin>(fut: &mut F, waker: &Waker) -> Poll<F::Output> {
+    Pin::new(fut).poll(&mut Context::from_waker(waker))
+}
+
+/// A token parker (as the crate's loom parker): the waker of [`block_on`].
+struct Parker {
+    token: LoomMutex<bool>,
+    condvar: LoomCondvar,
+}
+
+impl Wake for Parker {
+    fn wake(self: std::sync::Arc<Self>) {
+        *self.token.lock().unwrap() = true;
+        self.condvar.notify_one();
+    }
+}
+
+/// A minimal executor: poll, park until woken, repeat. A lost wake-up: loom reports a deadlock.
+pub fn block_on<F: Future + Unpin>(mut fut: F) -> F::Output {
+    let parker = std::sync::Arc::new(Parker {
+        token: LoomMutex::new(false),
+        condvar: LoomCondvar::new(),
+    });
+    let waker = Waker::from(parker.clone());
+    loop {
+        if let Poll::Ready(v) = poll_with(&mut fut, &waker) {
+            return v;
+        }
+        let mut token = parker.token.lock().unwrap();
+        while !*token {
+            token = parker.condvar.wait(token).unwrap();
+        }
+        *token = false;
+    }
 }

@@ -1,0 +1,78 @@
+//! Shared by the runtime's integration tests (`tests/*.rs` that declare `mod common;`).
+#![allow(dead_code)] // each test crate uses a part
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, mpsc};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use spindle_rt::{IoBackend, Runtime};
+
+/// A minimal runtime-agnostic one-shot: a future completed by `fire` from anywhere.
+#[derive(Clone, Default)]
+pub struct Signal(Arc<Mutex<(Option<u32>, Option<Waker>)>>);
+
+impl Signal {
+    pub fn fire(&self, value: u32) {
+        let waker = {
+            let mut s = self.0.lock().unwrap();
+            s.0 = Some(value);
+            s.1.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+impl Future for Signal {
+    type Output = u32;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<u32> {
+        let mut s = self.0.lock().unwrap();
+        match s.0 {
+            Some(v) => Poll::Ready(v),
+            None => {
+                s.1 = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// A runtime on `io` with one worker and one blocking thread.
+pub fn rt(io: IoBackend) -> Runtime {
+    Runtime::builder()
+        .io(io)
+        .workers(1)
+        .blocking_threads(1)
+        .build()
+        .unwrap()
+}
+
+/// Runs `case` in a task of `rt` and returns its result, or `None` if it has not finished
+/// within `limit` (the runtime is then leaked: a task that never ends would hang its drop).
+pub fn within<T: Send + 'static>(
+    rt: Runtime,
+    limit: Duration,
+    case: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = mpsc::channel();
+    let _task = rt.spawn(move || {
+        let _ = tx.send(case());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(v) => {
+            drop(rt);
+            Some(v)
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            std::mem::forget(rt);
+            None
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            drop(rt);
+            panic!("the case panicked (see its message above)");
+        }
+    }
+}
