@@ -659,17 +659,20 @@ impl Budget {
 
     /// Sets the budget to `ops` operations: the first `ops - 1` operations take one unit
     /// each without asking the hook; the one after asks it.
+    #[inline]
     pub fn refill(&self, ops: u32) {
         self.left.store(ops, Ordering::Relaxed);
     }
 
     /// Empties the budget, from any thread: the next operation on the budget's thread asks
     /// the hook. (A count-down racing with it may undo it; see the type's docs.)
+    #[inline]
     pub fn exhaust(&self) {
         self.left.store(0, Ordering::Relaxed);
     }
 
     /// The units left.
+    #[inline]
     pub fn left(&self) -> u32 {
         self.left.load(Ordering::Relaxed)
     }

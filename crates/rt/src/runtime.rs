@@ -531,6 +531,14 @@ impl PolicyImpl {
     pub(crate) fn pop(&self, w: usize) -> Option<spindle_sched::Popped<TaskRef>> {
         dispatch!(self, p => p.pop(w))
     }
+    #[inline]
+    pub(crate) fn yield_and_pop(
+        &self,
+        w: usize,
+        task: TaskRef,
+    ) -> (Notify, Option<spindle_sched::Popped<TaskRef>>) {
+        dispatch!(self, p => p.yield_and_pop(w, task))
+    }
     pub(crate) fn has_work(&self, w: usize) -> bool {
         dispatch!(self, p => p.has_work(w))
     }
@@ -596,7 +604,30 @@ impl Shared {
     /// it runs on (`None`: not a worker of this runtime).
     #[inline]
     pub(crate) fn schedule_from(&self, here: Option<usize>, task: TaskRef, reason: Reason) {
-        match self.policy.push(here, task, reason) {
+        let notify = self.policy.push(here, task, reason);
+        self.notify(here, notify);
+    }
+
+    /// A task that yielded on worker `w` (the caller) goes back to a queue, and `w`'s next
+    /// task comes out: [`schedule_from`] then a pop, in one visit to the policy's queues (see
+    /// `Policy::yield_and_pop`).
+    ///
+    /// [`schedule_from`]: Shared::schedule_from
+    #[inline]
+    pub(crate) fn yield_and_pop(
+        &self,
+        w: usize,
+        task: TaskRef,
+    ) -> Option<spindle_sched::Popped<TaskRef>> {
+        let (notify, next) = self.policy.yield_and_pop(w, task);
+        self.notify(Some(w), notify);
+        next
+    }
+
+    /// Wakes whom a push by `here` asked to wake.
+    #[inline(always)]
+    fn notify(&self, here: Option<usize>, notify: Notify) {
+        match notify {
             Notify::None => {}
             Notify::Any => {
                 // On a runtime of one worker a push by that worker wakes nobody: the only

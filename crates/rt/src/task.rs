@@ -13,13 +13,18 @@
 //! | `CANCELLED` | `JoinHandle::cancel` was called |
 //! | `COMPLETE` | the coroutine finished; the result is in the join cell |
 //! | `FIRED` | its timer moved the parked task out of idle (cleared by the resumed park) |
+//! | bits 8–31 | the park generation: the low 24 bits of the park number (`park_seq`) of the park that last published the task idle |
 //!
 //! Transitions (compare-and-swap loops):
 //! * **wake** (the task's `Waker`, any thread): if idle, set `ACTIVE` and push the task to the
 //!   policy — no permit: being resumed is the parked task's wake-up, so it need not clear one
 //!   (a read-modify-write) — else set `NOTIFIED`, the permit its next park takes.
-//! * **timer fire** (the worker that owns the timer): if idle, set `ACTIVE` and `FIRED` and
-//!   push (no permit): the resumed park reads `FIRED` and reports the time-out.
+//! * **timer fire** (the worker that owns the timer): if idle *in the timer's park* (the park
+//!   generation matches), set `ACTIVE` and `FIRED` and push (no permit): the resumed park reads
+//!   `FIRED` and reports the time-out. The generation is checked in the same CAS: a check of
+//!   the park number before it (alone, as it was) let a migratable task that was woken, moved
+//!   and parked again on another worker in between take the old timer's fire as its new
+//!   park's time-out.
 //! * **cancel**: like wake, plus `CANCELLED`.
 //! * **pop**, **yield** (back to a queue): no change. Queued and running are one state: a
 //!   task is pushed only by whoever moved it out of idle (one CAS decides) or by the worker
@@ -27,7 +32,7 @@
 //!   and only the worker that popped it touches its coroutine. (It was two flags, with a CAS
 //!   on every pop and two per yield to move between them; nothing read the difference.)
 //! * **suspended** (the worker, on its own stack, after the coroutine switched back): `ACTIVE`
-//!   → idle — unless `NOTIFIED` or `CANCELLED` arrived while it ran, then it stays `ACTIVE` and
+//!   → idle, with the park's generation — unless `NOTIFIED` or `CANCELLED` arrived while it ran, then it stays `ACTIVE` and
 //!   is pushed again. This is invariant 1, *suspend, then publish*: a task becomes idle — the
 //!   state in which a waker schedules it — only after its context is saved, so no worker can
 //!   resume a coroutine that is still running. A wake-up that comes earlier finds `ACTIVE` and
@@ -72,6 +77,17 @@ impl State {
     /// The parked task's timer moved it out of idle (its deadline passed); cleared by the
     /// resumed park.
     pub(crate) const FIRED: u32 = 1 << 5;
+    /// The park generation's bits (see the module docs).
+    pub(crate) const PARK_GEN: u32 = !0 << Self::PARK_GEN_SHIFT;
+    const PARK_GEN_SHIFT: u32 = 8;
+
+    /// Park number `seq` as a park generation (its low 24 bits, in place).
+    #[inline]
+    pub(crate) fn park_gen(seq: u64) -> u32 {
+        // Truncation intended: two parks 2^24 apart share a generation, and a timer entry is
+        // also checked against the whole number first (`Header::timer_fired`).
+        (seq as u32) << Self::PARK_GEN_SHIFT
+    }
 }
 
 /// Why a coroutine switched back to its worker.
@@ -127,8 +143,9 @@ pub(crate) struct Header {
     pub(crate) migratable: bool,
     /// The coroutine runs on a copying (shared) stack.
     pub(crate) copying: bool,
-    /// Incremented by every park with a deadline; a timer entry carries the value it was made
-    /// with, so a timer left over from an earlier park wakes nothing.
+    /// Incremented by every park (by the parking coroutine alone); a timer entry carries the
+    /// value it was made with, and the state word the low bits of the last park's (see the
+    /// module docs), so a timer left over from an earlier park wakes nothing.
     pub(crate) park_seq: AtomicU64,
     /// Where the task sits in the runtime's registry (`registry::Key` bits), written once at
     /// spawn before the task is scheduled, read when it finishes (the queues' hand-off orders
@@ -152,7 +169,16 @@ unsafe impl Sync for Header {}
 /// No home: the task may run on any worker.
 pub(crate) const NO_HOME: usize = usize::MAX;
 
+/// The timer of park number `seq` fires on state `s`: the new state if the task is idle in
+/// that park (not running, queued or finished, and published idle by that park), else `None`.
+fn fire_in_park(s: u32, seq: u64) -> Option<u32> {
+    let idle = s & (State::ACTIVE | State::COMPLETE) == 0;
+    let in_that_park = s & State::PARK_GEN == State::park_gen(seq);
+    (idle && in_that_park).then_some(s | State::ACTIVE | State::FIRED)
+}
+
 impl Header {
+    #[inline]
     pub(crate) fn load(&self) -> u32 {
         self.state.load(Ordering::Acquire)
     }
@@ -198,13 +224,11 @@ impl Header {
 
     /// A timer fired for park number `seq`: schedules the task if it is still idle in that park.
     pub(crate) fn timer_fired(&self, seq: u64) -> bool {
+        // A quick filter; the CAS below decides (the task may park again after this load).
         if self.park_seq.load(Ordering::Acquire) != seq {
             return false;
         }
-        self.update(|s| {
-            (s & (State::ACTIVE | State::COMPLETE) == 0).then_some(s | State::ACTIVE | State::FIRED)
-        })
-        .is_some()
+        self.update(|s| fire_in_park(s, seq)).is_some()
     }
 
     /// A worker popped the task: false if it is already complete (a stale queue entry cannot
@@ -213,16 +237,19 @@ impl Header {
         self.state.load(Ordering::Acquire) & State::COMPLETE == 0
     }
 
-    /// After a park: `ACTIVE` → idle, or stays `ACTIVE` if a wake-up or a cancel came meanwhile.
-    /// Returns true if the caller must push the task again.
+    /// After a park: `ACTIVE` → idle (with the park's generation), or stays `ACTIVE` if a
+    /// wake-up or a cancel came meanwhile. Returns true if the caller must push the task again.
+    /// Called by the worker the coroutine suspended to, on that thread (so it reads the park
+    /// number the coroutine wrote before suspending).
     pub(crate) fn park_done(&self) -> bool {
+        let generation = State::park_gen(self.park_seq.load(Ordering::Relaxed));
         // `update` gives up (None) when the closure does: the task stays ACTIVE, nothing written.
         self.update(|s| {
             // A cancel the coroutine defers (a `CancelGuard`) already woke it once (it sets
             // NOTIFIED if it found it running); re-queueing for it on every park would spin.
             let cancel_now = s & State::CANCELLED != 0 && self.no_cancel.get() == 0;
             let stays = s & State::NOTIFIED != 0 || cancel_now;
-            (!stays).then_some(s & !State::ACTIVE)
+            (!stays).then_some((s & !State::ACTIVE & !State::PARK_GEN) | generation)
         })
         .is_none()
     }
@@ -627,9 +654,39 @@ where
     unsafe fn run(&self) -> Option<Suspend> {
         // SAFETY: the caller holds the task (popped it), so nobody else touches the body.
         let body = unsafe { &mut *self.body.get() };
+        // The hot path (a started coroutine that suspends again) alone here; the rest is out of
+        // line, so that this one saves and restores little around its switch.
+        if let Body::Own(co) = body {
+            // Resumed in place: the coroutine struct is not moved out of the task and back on
+            // every switch.
+            match co.get_mut().resume(()) {
+                CoroutineResult::Yield(why) => return Some(why),
+                CoroutineResult::Return(outcome) => {
+                    self.returned(outcome);
+                    return None;
+                }
+            }
+        }
+        // SAFETY: as for this call.
+        unsafe { self.run_other() }
+    }
+
+    /// The coroutine returned: drops it (which gives back its stack) and publishes `outcome`.
+    #[inline(never)]
+    fn returned(&self, outcome: Result<T, Failure>) {
+        // SAFETY: the caller holds the task (as for `run`).
+        unsafe { *self.body.get() = Body::Gone };
+        self.prefix.finish(outcome);
+    }
+
+    /// [`run`](Self::run) for a body that is not a started own-stack coroutine.
+    ///
+    /// Safety: as for `run`.
+    #[inline(never)]
+    unsafe fn run_other(&self) -> Option<Suspend> {
+        // SAFETY: the caller holds the task (popped it), so nobody else touches the body.
+        let body = unsafe { &mut *self.body.get() };
         let header = &self.prefix.header;
-        // Resumed in place: the coroutine struct is not moved out of the task and back on every
-        // switch.
         let result = match body {
             Body::Own(co) => co.get_mut().resume(()),
             Body::OwnPending(..) => {
@@ -891,4 +948,41 @@ where
         _result: std::marker::PhantomData,
     };
     (task, typed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The state a task has while idle in park number `seq` (as `park_done` publishes it).
+    fn idle_in(seq: u64) -> u32 {
+        State::park_gen(seq)
+    }
+
+    #[test]
+    fn a_timer_fires_only_on_a_task_idle_in_the_timers_park() {
+        assert_eq!(
+            fire_in_park(idle_in(7), 7),
+            Some(idle_in(7) | State::ACTIVE | State::FIRED)
+        );
+        // The race the generation closes: park 7's timer checked the park number, then the
+        // (migratable) task was woken, moved to another worker and parked there again (park 8)
+        // before the timer's CAS.
+        assert_eq!(fire_in_park(idle_in(8), 7), None);
+        // Woken (queued or running), or finished: nothing to fire.
+        assert_eq!(fire_in_park(idle_in(7) | State::ACTIVE, 7), None);
+        assert_eq!(fire_in_park(idle_in(7) | State::COMPLETE, 7), None);
+    }
+
+    #[test]
+    fn the_park_generation_keeps_off_the_flags_and_wraps_at_2_pow_24() {
+        let flags =
+            State::ACTIVE | State::NOTIFIED | State::CANCELLED | State::COMPLETE | State::FIRED;
+        assert_eq!(State::PARK_GEN & flags, 0);
+        for seq in [0, 1, 7, (1 << 24) - 1, 1 << 24, u64::MAX] {
+            assert_eq!(State::park_gen(seq) & !State::PARK_GEN, 0, "park {seq}");
+        }
+        assert_eq!(State::park_gen(1 << 24), State::park_gen(0));
+        assert_ne!(State::park_gen((1 << 24) - 1), State::park_gen(0));
+    }
 }

@@ -286,8 +286,15 @@ impl WorkerCtx {
         let mut idle_books = true;
         let mut timer_countdown = TIMER_CHECK_EVERY;
         let mut driver_countdown = DRIVER_POLL_EVERY;
+        // A task popped at a yield, to run next. Popped there rather than at the top of the
+        // loop: the yielding task's push and the pop are one visit to the policy's queues.
+        let mut handed_over: Option<Popped<TaskRef>> = None;
         loop {
             if shared.stop.load(Ordering::Acquire) {
+                if let Some(popped) = handed_over.take() {
+                    // Back to the queues, which shutdown drains.
+                    shared.schedule_from(Some(self.index), popped.task, Reason::Yielded);
+                }
                 break;
             }
             timer_countdown -= 1;
@@ -302,7 +309,12 @@ impl WorkerCtx {
                 // IO are not starved by ones that never wait.
                 self.poll_driver(Some(Duration::ZERO));
             }
-            if let Some(popped) = shared.policy.pop(self.index) {
+            // The task that a yield handed over (see `run_task`), else the policy's next.
+            let popped = match handed_over.take() {
+                Some(popped) => Some(popped),
+                None => shared.policy.pop(self.index),
+            };
+            if let Some(popped) = popped {
                 spinning = false;
                 look_until = None;
                 if idle_books {
@@ -311,7 +323,7 @@ impl WorkerCtx {
                         shared.unpark(w);
                     }
                 }
-                self.run_task(popped, counters);
+                handed_over = self.run_task(popped, counters);
                 continue;
             }
             idle_books = true;
@@ -447,11 +459,18 @@ impl WorkerCtx {
         }
     }
 
-    fn run_task(&self, popped: Popped<TaskRef>, counters: &WorkerCounters) {
+    /// Runs a popped task until it suspends or finishes, and queues it or leaves it idle.
+    /// Returns the task to run next when it yielded (popped together with its re-queueing; see
+    /// `Shared::yield_and_pop`).
+    fn run_task(
+        &self,
+        popped: Popped<TaskRef>,
+        counters: &WorkerCounters,
+    ) -> Option<Popped<TaskRef>> {
         let task = popped.task;
         let header = task.header();
         if !header.start_running() {
-            return;
+            return None;
         }
         if popped.inherit_slice {
             // A task handed the worker through the run-next slot (woken or spawned by the task
@@ -462,9 +481,7 @@ impl WorkerCtx {
             // worker's queues as a yield would, and the next task starts a fresh slice.
             let left = counters.budget.left();
             if left <= 1 {
-                self.shared
-                    .schedule_from(Some(self.index), task, Reason::Yielded);
-                return;
+                return self.shared.yield_and_pop(self.index, task);
             }
             // Only this thread counts the budget down (see `spindle_park::Budget`).
             counters.budget.refill(left - 1);
@@ -483,11 +500,10 @@ impl WorkerCtx {
         self.current.set(ptr::null());
         counters.end_run();
         match outcome {
-            None => {}
+            None => None,
             Some(Suspend::Yield) => {
                 // Back to a queue as it is: queued and running are one state (see `task`).
-                self.shared
-                    .schedule_from(Some(self.index), task, Reason::Yielded);
+                self.shared.yield_and_pop(self.index, task)
             }
             Some(Suspend::Park(deadline)) => {
                 if let Some(deadline) = deadline {
@@ -509,6 +525,7 @@ impl WorkerCtx {
                     // Idle: our reference stays with the idle state, for whoever wakes it.
                     task.into_idle();
                 }
+                None
             }
         }
     }

@@ -257,6 +257,36 @@ pub trait Policy<T: Task>: Send + Sync + 'static {
     /// policy steals. `None` for a `w` outside `0..workers`.
     fn pop(&self, w: usize) -> Option<Popped<T>>;
 
+    /// `task` yielded on worker `w` (called on `w`'s thread): re-queues it and returns the next
+    /// task for `w`. Exactly [`push`](Policy::push)`(Some(w), task, Reason::Yielded)` followed
+    /// by [`pop(w)`](Policy::pop), with the push's [`Notify`] — the default does just that. A
+    /// policy overrides it to do both in one visit to its queues: a yield is the hottest path
+    /// of a runtime (a yield loop costs a push, a pop and two context switches per turn).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use spindle_sched::{Notify, Policy, Reason, RoundRobin, Task};
+    ///
+    /// struct Job(u32);
+    /// impl Task for Job {
+    ///     fn home(&self) -> Option<usize> { None }
+    /// }
+    ///
+    /// let rr = RoundRobin::new(1)?;
+    /// rr.push(Some(0), Job(1), Reason::Spawned);
+    /// // Job 2 yields: it goes behind job 1, which runs next.
+    /// let (notify, next) = rr.yield_and_pop(0, Job(2));
+    /// assert_eq!(notify, Notify::None);
+    /// assert_eq!(next.map(|p| p.task.0), Some(1));
+    /// assert_eq!(rr.pop(0).map(|p| p.task.0), Some(2));
+    /// # Ok::<(), spindle_sched::SchedError>(())
+    /// ```
+    fn yield_and_pop(&self, w: usize, task: T) -> (Notify, Option<Popped<T>>) {
+        let notify = self.push(Some(w), task, Reason::Yielded);
+        (notify, self.pop(w))
+    }
+
     /// Whether [`pop(w)`](Policy::pop) would find something.
     ///
     /// Never returns `false` when a task that `w` may run was pushed (and its push returned)

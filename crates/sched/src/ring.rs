@@ -57,6 +57,24 @@ impl<T> Ring<T> {
         value
     }
 
+    /// [`push_back`](Ring::push_back)`(value)` then [`pop_front`](Ring::pop_front) in one
+    /// step, which never grows the ring: the front, or `value` itself when the ring is empty.
+    #[inline]
+    pub(crate) fn push_pop(&mut self, value: T) -> T {
+        if self.len == 0 {
+            return value;
+        }
+        let mask = self.slots.len() - 1;
+        let Some(front) = self.slots[self.head].take() else {
+            return value; // unreachable: the front slot of a non-empty ring holds a value
+        };
+        // The slot past the back (the one just emptied, when the ring is full) is empty; as in
+        // `push_back`, forgetting its `None` skips drop code.
+        std::mem::forget(self.slots[(self.head + self.len) & mask].replace(value));
+        self.head = (self.head + 1) & mask;
+        front
+    }
+
     /// Doubles the capacity (at least 16 slots), keeping the order.
     #[cold]
     #[inline(never)]
@@ -84,7 +102,7 @@ mod tests {
     use std::collections::VecDeque;
 
     #[test]
-    fn behaves_as_a_fifo_across_growth_and_wrap_around() {
+    fn behaves_as_a_fifo_across_growth_and_wrap_around_with_push_pop() {
         let mut ring = Ring::new();
         let mut model = VecDeque::new();
         let mut next = 0u32;
@@ -97,6 +115,11 @@ mod tests {
             }
             for _ in 0..(round % 5) {
                 assert_eq!(ring.pop_front(), model.pop_front());
+            }
+            for _ in 0..(round % 3) {
+                model.push_back(next);
+                assert_eq!(Some(ring.push_pop(next)), model.pop_front());
+                next += 1;
             }
             assert_eq!(ring.len(), model.len());
             assert_eq!(ring.is_empty(), model.is_empty());

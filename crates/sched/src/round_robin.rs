@@ -171,6 +171,39 @@ impl<T: Task> Policy<T> for RoundRobin<T> {
         })
     }
 
+    /// One visit to the private queue for both halves: the inbox moved behind it, the task
+    /// pushed at the back, the front popped (the task itself when nothing else waits).
+    #[inline]
+    fn yield_and_pop(&self, w: usize, task: T) -> (Notify, Option<Popped<T>>) {
+        let workers = self.queues.len();
+        // A task pinned elsewhere (never the case for a task that ran here) and a `w` out of
+        // range take the general path, as does a private queue another thread holds.
+        let local = match (self.queues.get(w), home_of(&task, workers)) {
+            (Some(queue), None) => queue.local.try_borrow().map(|local| (queue, local)),
+            (Some(queue), Some(h)) if h == w => {
+                queue.local.try_borrow().map(|local| (queue, local))
+            }
+            _ => None,
+        };
+        let Some((queue, mut local)) = local else {
+            let notify = self.push(Some(w), task, Reason::Yielded);
+            return (notify, self.pop(w));
+        };
+        let next = local.with(|local| {
+            queue.inbox.take_all_into(local);
+            let next = local.push_pop(task);
+            queue.local_len.store(local.len(), Ordering::Release);
+            next
+        });
+        (
+            Notify::None,
+            Some(Popped {
+                task: next,
+                inherit_slice: false,
+            }),
+        )
+    }
+
     fn has_work(&self, w: usize) -> bool {
         self.queues.get(w).is_some_and(|q| !q.is_empty())
     }

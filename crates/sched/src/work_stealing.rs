@@ -557,6 +557,22 @@ impl<T: Task> Policy<T> for WorkStealing<T> {
         }
     }
 
+    /// Both halves under one borrow of `w`'s private state.
+    #[inline]
+    fn yield_and_pop(&self, w: usize, task: T) -> (Notify, Option<Popped<T>>) {
+        let home = home_of(&task, self.workers.len());
+        match self.workers.get(w).and_then(|me| me.local.try_borrow()) {
+            Some(mut local) => local.with(|local| {
+                let notify = self.push_local(w, local, task, home, Reason::Yielded);
+                (notify, self.pop_local(w, local))
+            }),
+            None => {
+                let notify = self.push(Some(w), task, Reason::Yielded);
+                (notify, self.pop(w))
+            }
+        }
+    }
+
     /// `None` also when another thread holds `w`'s private state (only a runtime bug or a
     /// concurrent [`drain`](Policy::drain) does); [`has_work`](Policy::has_work) then says
     /// `true`, so the worker comes back.

@@ -8,19 +8,10 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use proptest::prelude::*;
-use spindle_sched::{Fifo, Notify, Policy, Reason, RoundRobin, Task, WorkStealing};
+mod common;
 
-#[derive(Debug, PartialEq, Eq)]
-struct Job {
-    id: usize,
-    home: Option<usize>,
-}
-
-impl Task for Job {
-    fn home(&self) -> Option<usize> {
-        self.home
-    }
-}
+use common::{Job, here, home, reason};
+use spindle_sched::{Fifo, Notify, Policy, Reason, RoundRobin, WorkStealing};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -33,28 +24,10 @@ enum Op {
     Drain,
 }
 
-fn reason() -> impl Strategy<Value = Reason> {
-    prop_oneof![
-        Just(Reason::Spawned),
-        Just(Reason::Woken),
-        Just(Reason::Yielded)
-    ]
-}
-
 /// Ops for `n` workers; indices up to `n + 1` (out of range) now and then.
 fn ops(n: usize) -> impl Strategy<Value = Vec<Op>> {
-    let here = prop_oneof![
-        1 => Just(None),
-        3 => (0..n).prop_map(Some),
-        1 => (n..n + 2).prop_map(Some),
-    ];
-    let home = prop_oneof![
-        3 => Just(None),
-        3 => (0..n).prop_map(Some),
-        1 => (n..n + 2).prop_map(Some),
-    ];
     let op = prop_oneof![
-        12 => (here, home, reason()).prop_map(|(here, home, reason)| Op::Push { here, home, reason }),
+        12 => (here(n), home(n), reason()).prop_map(|(here, home, reason)| Op::Push { here, home, reason }),
         10 => (0..n + 1).prop_map(Op::Pop),
         1 => Just(Op::Drain),
     ];

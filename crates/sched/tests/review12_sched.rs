@@ -3,19 +3,10 @@
 #![cfg(not(loom))]
 #![cfg(all(feature = "fifo", feature = "round-robin", feature = "work-stealing"))]
 
-use spindle_sched::{Idle, Notify, Policy, Reason, Task, WorkStealing};
+mod common;
 
-#[derive(Debug, PartialEq, Eq)]
-struct Job {
-    id: usize,
-    home: Option<usize>,
-}
-
-impl Task for Job {
-    fn home(&self) -> Option<usize> {
-        self.home
-    }
-}
+use common::Job;
+use spindle_sched::{Idle, Notify, Policy, Reason, WorkStealing};
 
 /// A spinner that a pusher relied on gives up, announces its sleep, and is claimed by a push
 /// of work pinned to it before its re-check. The re-check finds work (both tasks), it cancels

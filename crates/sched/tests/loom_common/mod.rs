@@ -1,20 +1,10 @@
 //! Shared by the loom models (`tests/loom_*.rs`).
 #![allow(dead_code)] // each model uses a part
 
-use spindle_sched::Task;
+#[path = "../common/mod.rs"]
+mod common;
 
-/// A task: an id and the worker it is pinned to, if any.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Job {
-    pub id: usize,
-    pub home: Option<usize>,
-}
-
-impl Task for Job {
-    fn home(&self) -> Option<usize> {
-        self.home
-    }
-}
+pub use common::Job;
 
 /// Runs `f` under loom, bounding preemptions to 2 unless `LOOM_MAX_PREEMPTIONS` says
 /// otherwise (unbounded exploration of these models would take hours).
