@@ -32,11 +32,11 @@
 //!   and only the worker that popped it touches its coroutine. (It was two flags, with a CAS
 //!   on every pop and two per yield to move between them; nothing read the difference.)
 //! * **suspended** (the worker, on its own stack, after the coroutine switched back): `ACTIVE`
-//!   → idle, with the park's generation — unless `NOTIFIED` or `CANCELLED` arrived while it ran, then it stays `ACTIVE` and
-//!   is pushed again. This is invariant 1, *suspend, then publish*: a task becomes idle — the
-//!   state in which a waker schedules it — only after its context is saved, so no worker can
-//!   resume a coroutine that is still running. A wake-up that comes earlier finds `ACTIVE` and
-//!   leaves the permit, which the worker sees here.
+//!   → idle, with the park's generation — unless `NOTIFIED` or `CANCELLED` arrived while it
+//!   ran, then it stays `ACTIVE` and is pushed again. This is invariant 1, *suspend, then
+//!   publish*: a task becomes idle — the state in which a waker schedules it — only after its
+//!   context is saved, so no worker can resume a coroutine that is still running. A wake-up
+//!   that comes earlier finds `ACTIVE` and leaves the permit, which the worker sees here.
 //! * **finished**: → `COMPLETE`.
 //!
 //! **The idle state holds a reference.** The worker that publishes a task idle keeps the
@@ -672,9 +672,11 @@ where
     }
 
     /// The coroutine returned: drops it (which gives back its stack) and publishes `outcome`.
+    /// The caller holds the task (as for `run`) and no longer uses a borrow of its body.
     #[inline(never)]
     fn returned(&self, outcome: Result<T, Failure>) {
-        // SAFETY: the caller holds the task (as for `run`).
+        // SAFETY: the caller holds the task, so nobody else touches the body, and keeps no
+        // borrow of it across this call.
         unsafe { *self.body.get() = Body::Gone };
         self.prefix.finish(outcome);
     }
@@ -741,13 +743,11 @@ where
             }
             Body::Gone => return None,
         };
-        if matches!(result, CoroutineResult::Return(_)) {
-            // Finished: drop the coroutine now, which returns its stack.
-            *body = Body::Gone;
-        }
         match result {
             CoroutineResult::Yield(why) => Some(why),
             CoroutineResult::Return(outcome) => {
+                // As `returned`, inlined here: most coroutines finish in their first run.
+                *body = Body::Gone;
                 self.prefix.finish(outcome);
                 None
             }

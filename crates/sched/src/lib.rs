@@ -283,8 +283,7 @@ pub trait Policy<T: Task>: Send + Sync + 'static {
     /// # Ok::<(), spindle_sched::SchedError>(())
     /// ```
     fn yield_and_pop(&self, w: usize, task: T) -> (Notify, Option<Popped<T>>) {
-        let notify = self.push(Some(w), task, Reason::Yielded);
-        (notify, self.pop(w))
+        push_then_pop(self, w, task)
     }
 
     /// Whether [`pop(w)`](Policy::pop) would find something.
@@ -391,6 +390,17 @@ fn check_workers(workers: usize) -> Result<(), SchedError> {
     } else {
         Ok(())
     }
+}
+
+/// [`Policy::yield_and_pop`] by its definition: the push, then the pop. The default, and the
+/// fallback of the policies that override it.
+fn push_then_pop<T: Task, P: Policy<T> + ?Sized>(
+    policy: &P,
+    w: usize,
+    task: T,
+) -> (Notify, Option<Popped<T>>) {
+    let notify = policy.push(Some(w), task, Reason::Yielded);
+    (notify, policy.pop(w))
 }
 
 /// The worker a task must run on, reduced into `0..workers`.

@@ -9,7 +9,7 @@ use crate::queue::Mpsc;
 use crate::ring::Ring;
 use crate::{
     Notify, Padded, Policy, Popped, Reason, SchedError, Task, WorkerStats, check_workers, home_of,
-    notify_worker, valid_here,
+    notify_worker, push_then_pop, valid_here,
 };
 
 /// Round-robin: one FIFO queue per worker, new tasks dealt to the workers in turn.
@@ -175,19 +175,15 @@ impl<T: Task> Policy<T> for RoundRobin<T> {
     /// pushed at the back, the front popped (the task itself when nothing else waits).
     #[inline]
     fn yield_and_pop(&self, w: usize, task: T) -> (Notify, Option<Popped<T>>) {
-        let workers = self.queues.len();
         // A task pinned elsewhere (never the case for a task that ran here) and a `w` out of
         // range take the general path, as does a private queue another thread holds.
-        let local = match (self.queues.get(w), home_of(&task, workers)) {
-            (Some(queue), None) => queue.local.try_borrow().map(|local| (queue, local)),
-            (Some(queue), Some(h)) if h == w => {
-                queue.local.try_borrow().map(|local| (queue, local))
-            }
-            _ => None,
-        };
+        let local = self
+            .queues
+            .get(w)
+            .filter(|_| home_of(&task, self.queues.len()).is_none_or(|h| h == w))
+            .and_then(|queue| Some((queue, queue.local.try_borrow()?)));
         let Some((queue, mut local)) = local else {
-            let notify = self.push(Some(w), task, Reason::Yielded);
-            return (notify, self.pop(w));
+            return push_then_pop(self, w, task);
         };
         let next = local.with(|local| {
             queue.inbox.take_all_into(local);

@@ -11,7 +11,7 @@ use crate::queue::Mpsc;
 use crate::ring::Ring;
 use crate::{
     Notify, Padded, Policy, Popped, Reason, SchedError, Task, WorkerStats, check_workers, home_of,
-    notify_worker, valid_here,
+    notify_worker, push_then_pop, valid_here,
 };
 
 /// Every this many pops a worker looks at the global injector first (Go's `schedtick % 61`),
@@ -566,10 +566,7 @@ impl<T: Task> Policy<T> for WorkStealing<T> {
                 let notify = self.push_local(w, local, task, home, Reason::Yielded);
                 (notify, self.pop_local(w, local))
             }),
-            None => {
-                let notify = self.push(Some(w), task, Reason::Yielded);
-                (notify, self.pop(w))
-            }
+            None => push_then_pop(self, w, task),
         }
     }
 

@@ -278,10 +278,11 @@ impl Waiter {
     }
 
     /// Wakes the waiting task; called once, by whoever completed the waiter with
-    /// [`try_select`](Self::try_select) or [`publish_claimed`](Self::publish_claimed), after that (and while it still holds a reference to
-    /// the record: the owner may reuse it once completed). Skipped
-    /// while the waiter spins (it sees the completion by itself): waking a running task costs
-    /// a read-modify-write on its (remote) state and leaves a permit its next park must eat.
+    /// [`try_select`](Self::try_select) or [`publish_claimed`](Self::publish_claimed), after
+    /// that (and while it still holds a reference to the record: the owner may reuse it once
+    /// completed). Skipped while the waiter spins (it sees the completion by itself): waking a
+    /// running task costs a read-modify-write on its (remote) state and leaves a permit its
+    /// next park must eat.
     #[inline]
     pub(crate) fn wake(&self) {
         if self.skip_spinning_waiter() {

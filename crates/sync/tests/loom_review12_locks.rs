@@ -248,23 +248,19 @@ fn waitgroup_timed_wait_races_done_and_a_new_round() {
 // ---------------------------------------------------------------------------------------------
 // Mutex
 
-#[test]
-fn mutex_handoff_to_an_overdue_timed_waiter() {
-    // T waits with a timeout; main unlocks (T woken to retry), barges back in and holds the
-    // lock while T loses and re-queues (overdue under loom: the next unlock hands it the lock)
-    // and times out. Main yields while it holds the lock: without that, loom never runs T's
-    // re-queue before main's unlock (its spin yields to main), and the hand-off is never
-    // explored.
-    model_with_preemptions("mutex_handoff_to_an_overdue_timed_waiter", 3, || {
+/// Main holds the lock while T runs `wait` (a lock that gives up: it times out, or is
+/// cancelled at its park); main unlocks (T woken to retry), barges back in and holds the lock
+/// while T loses and re-queues (overdue under loom: the next unlock hands it the lock) and
+/// gives up. Main yields while it holds the lock: without that, loom never runs T's re-queue
+/// before main's unlock (its spin yields to main), and the hand-off is never explored. The
+/// lock must end free (`kept`: the failure message).
+fn mutex_handoff_to_a_waiter_giving_up(name: &str, wait: fn(&Mutex<i32>), kept: &'static str) {
+    model_with_preemptions(name, 3, move || {
         let m = Arc::new(Mutex::new(0));
         let g = m.lock();
         let t = {
             let m = m.clone();
-            thread::spawn(move || {
-                if let Some(mut g) = m.try_lock_for(Duration::from_secs(1)) {
-                    *g += 1;
-                }
-            })
+            thread::spawn(move || wait(&m))
         };
         thread::yield_now();
         drop(g);
@@ -273,37 +269,33 @@ fn mutex_handoff_to_an_overdue_timed_waiter() {
         thread::yield_now();
         drop(g);
         t.join().unwrap();
-        assert!(
-            !m.is_locked(),
-            "a lock handed over as the deadline passed is kept"
-        );
+        assert!(!m.is_locked(), "{kept}");
     });
+}
+
+#[test]
+fn mutex_handoff_to_an_overdue_timed_waiter() {
+    mutex_handoff_to_a_waiter_giving_up(
+        "mutex_handoff_to_an_overdue_timed_waiter",
+        |m| {
+            if let Some(mut g) = m.try_lock_for(Duration::from_secs(1)) {
+                *g += 1;
+            }
+        },
+        "a lock handed over as the deadline passed is kept",
+    );
 }
 
 #[test]
 fn mutex_handoff_to_an_overdue_cancelled_waiter() {
     // As above with a waiter cancelled at its park: a lock handed to it is passed on.
-    model_with_preemptions("mutex_handoff_to_an_overdue_cancelled_waiter", 3, || {
-        let m = Arc::new(Mutex::new(0));
-        let g = m.lock();
-        let t = {
-            let m = m.clone();
-            thread::spawn(move || {
-                let _ = cancelled_at_park(|| *m.lock() += 1);
-            })
-        };
-        thread::yield_now();
-        drop(g);
-        let g = m.lock();
-        thread::yield_now();
-        thread::yield_now();
-        drop(g);
-        t.join().unwrap();
-        assert!(
-            !m.is_locked(),
-            "a lock handed to a cancelled waiter is passed on"
-        );
-    });
+    mutex_handoff_to_a_waiter_giving_up(
+        "mutex_handoff_to_an_overdue_cancelled_waiter",
+        |m| {
+            let _ = cancelled_at_park(|| *m.lock() += 1);
+        },
+        "a lock handed to a cancelled waiter is passed on",
+    );
 }
 
 #[test]
