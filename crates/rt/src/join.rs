@@ -135,8 +135,9 @@ impl<T: Send + 'static> JoinHandle<T> {
     }
 
     /// Lets go of a handle whose result was taken, without its `Drop`: the slot holds nothing
-    /// left to drop (no value; no waiter: `finish` took it when it stored the result, and no
-    /// wait registers one after), so the detach's lock would be for nothing.
+    /// left to drop (no value; no waiter: `finish` took it, or the wait that found the task
+    /// finished cleared its own, and no wait registers one after), so the detach's lock would
+    /// be for nothing.
     #[inline]
     fn joined(self) {
         let this = std::mem::ManuallyDrop::new(self);
@@ -160,25 +161,34 @@ impl<T: Send + 'static> JoinHandle<T> {
     /// Panics if the result was already taken (the handle was awaited to `Ready` through
     /// `&mut`): nothing would ever wake the caller.
     fn take_or_register(&self) -> Option<Result<T, JoinError>> {
-        let mut slot = self.task.join().slot.lock();
-        if let Some(result) = slot.result.take() {
-            drop(slot);
-            return Some(result.map_err(JoinError::from));
-        }
-        if slot.done {
-            drop(slot);
-            panic!(
+        let (header, cell) = (self.task.header(), self.task.join());
+        let mut slot = cell.slot.lock();
+        let taken = match cell.result_mut(header, &mut slot) {
+            Some(result) => result.take(),
+            None => {
+                slot.waiter = Some(spindle_park::waker());
+                if !header.set_join_flag(State::JOIN_WAITER) {
+                    return None;
+                }
+                // Finished meanwhile, before it could see the flag: nobody will wake us. (Our
+                // own waker, dropped under the lock: it wakes nothing and frees no task.)
+                slot.waiter = None;
+                cell.result_mut(header, &mut slot).and_then(Option::take)
+            }
+        };
+        drop(slot);
+        match taken {
+            Some(result) => Some(result.map_err(JoinError::from)),
+            None => panic!(
                 "JoinHandle::join after the handle returned Ready as a future (its result was \
                  already taken)"
-            );
+            ),
         }
-        slot.waiter = Some(spindle_park::waker());
-        None
     }
 
     /// Whether the coroutine has finished (its result waits for `join`).
     pub fn is_finished(&self) -> bool {
-        self.task.join().slot.lock().done
+        self.task.header().is_complete()
     }
 
     /// Asks the coroutine to stop: it unwinds from the suspension point where it waits now (a
@@ -227,19 +237,35 @@ impl<T: Send + 'static> Future for JoinHandle<T> {
     type Output = Result<T, JoinError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut slot = self.task.join().slot.lock();
-        if let Some(result) = slot.result.take() {
-            return Poll::Ready(result.map_err(JoinError::from));
+        let (header, cell) = (self.task.header(), self.task.join());
+        let mut slot = cell.slot.lock();
+        let (taken, stale_waker) = match cell.result_mut(header, &mut slot) {
+            Some(result) => (result.take(), None),
+            None => {
+                match &mut slot.waiter {
+                    Some(waiter) if waiter.will_wake(cx.waker()) => {}
+                    waiter => *waiter = Some(cx.waker().clone()),
+                }
+                if !header.set_join_flag(State::JOIN_WAITER) {
+                    return Poll::Pending;
+                }
+                // Finished meanwhile, before it could see the flag: nobody will wake us.
+                let stale_waker = slot.waiter.take();
+                (
+                    cell.result_mut(header, &mut slot).and_then(Option::take),
+                    stale_waker,
+                )
+            }
+        };
+        drop(slot);
+        // Outside the lock: an executor's waker may do anything when dropped.
+        drop(stale_waker);
+        match taken {
+            Some(result) => Poll::Ready(result.map_err(JoinError::from)),
+            None => panic!(
+                "a JoinHandle polled again after it returned Ready (its result was already taken)"
+            ),
         }
-        assert!(
-            !slot.done,
-            "a JoinHandle polled again after it returned Ready (its result was already taken)"
-        );
-        match &mut slot.waiter {
-            Some(waiter) if waiter.will_wake(cx.waker()) => {}
-            waiter => *waiter = Some(cx.waker().clone()),
-        }
-        Poll::Pending
     }
 }
 
@@ -255,15 +281,21 @@ impl<T> Drop for JoinHandle<T> {
             // lock) alone, which is what a detached spawn of `()` costs.
             return;
         }
+        let (header, cell) = (self.task.header(), self.task.join());
         let (output, waiter) = {
-            let mut slot = self.task.join().slot.lock();
+            let mut slot = cell.slot.lock();
             let waiter = slot.waiter.take();
-            if slot.done {
-                (slot.result.take_if(|r| r.is_ok()), waiter)
+            let finished = cell.result_mut(header, &mut slot).is_some()
+                // Not yet: `finish` drops the value — unless it finished before it could see
+                // the flag, and then it is ours to drop after all.
+                || header.set_join_flag(State::DETACHED);
+            let output = if finished {
+                cell.result_mut(header, &mut slot)
+                    .and_then(|result| result.take_if(|r| r.is_ok()))
             } else {
-                slot.detached = true;
-                (None, waiter)
-            }
+                None
+            };
+            (output, waiter)
         };
         // Outside the lock: the value's destructor may do anything.
         drop(waiter);

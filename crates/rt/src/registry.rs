@@ -1,65 +1,90 @@
 //! Every live task of a runtime, so that shutdown can cancel what is left and metrics can
 //! count them.
 //!
-//! A task enters when a worker first runs it and leaves when it finishes: two operations on
-//! every coroutine's life. So the registry is sharded (one shard per worker: only workers
-//! run tasks), each shard a slab — a vector of slots and a
-//! free list — behind its own lock, and a task remembers its slot: insert and remove are a few
-//! stores under a lock, with no hashing and no shared counter. (A sharded `HashMap` keyed by
-//! task id with one global live counter cost about 10 % of a spawn–join and put every spawn
-//! on one contended cache line.)
+//! Two things, kept apart because they cost differently:
 //!
-//! **Registered at the first run, not at spawn**: a task is inserted into the shard of the
-//! worker that first runs it — the worker it then stays on, which also removes it. Registered
-//! at spawn, a task stolen before its first run (most tasks of a tree of coroutines on two
-//! workers) was inserted by one worker and removed by the other, and the two workers fought
-//! over the spawner's shard lock and its slots' cache lines: 15 % of skynet on 2 workers.
+//! * **Counts** say how many tasks are live: each worker counts the tasks it spawned and the
+//!   tasks that ended on it (one writer per counter, so a load and a store, no
+//!   read-modify-write; foreign threads share one atomic pair). Live = spawned − ended. That is
+//!   all a task costs the registry unless it suspends.
+//! * **Slots** hold the tasks that shutdown may have to cancel: those that have suspended (a
+//!   yield or a park) at least once, and named ones (the monitor's report looks a task's name
+//!   up by id). A task that runs from its start to its end without suspending — most spawned
+//!   tasks of a burst, the leaves of a tree of coroutines, the partner that answers a ping —
+//!   never enters one: shutdown has nothing to cancel in it (it sits in a queue, which
+//!   `first_run`'s look at `closing` covers, or runs, and then ends or suspends). Inserting
+//!   and removing every task took two lock acquisitions and a reference count's increment and
+//!   decrement per coroutine: ~10 % of `ping_pong` (one spawn and one park per message).
 //!
-//! Tasks between spawn and first run sit in a scheduling queue and are counted instead: each
-//! worker counts the tasks it spawned (one writer, so a load and a store, no read-modify-write;
-//! foreign threads' spawns share one atomic counter), and each shard the tasks it started
-//! (under its lock, with the insert).
-//! Live = registered + spawned − started. At shutdown, a task that starts after the runtime
-//! began closing is cancelled before it runs (`worker::run_task`), so shutdown's snapshot
-//! need not see it.
+//! Slots are sharded (one shard per worker), each shard a slab — a vector of slots and a free
+//! list — behind its own lock, and a task remembers its slot: insert and remove are a few
+//! stores under a lock, with no hashing. A task is inserted into the shard of the worker it
+//! suspends on first — the worker it then stays on unless it may migrate — which also removes
+//! it. A slot holds a plain pointer, not a counted reference: **a task in a slot is alive**,
+//! because it has not finished (it leaves its slot in `TaskPrefix::finish`, before the worker
+//! that runs it drops its reference), and an unfinished task is referenced by whoever will run
+//! it next — a queue, the worker running it, or its idle state (`TaskRef::into_idle`). Readers
+//! take a counted reference under the shard's lock.
 //!
-//! Counting and snapshots (shutdown, metrics, the monitor's report naming a task) visit every
-//! shard; they are rare.
-//!
-//! `wait_empty` (shutdown) needs to hear when the last task leaves. A remover that empties its
-//! shard signals the condvar if a waiter has announced itself; the waiter announces itself
-//! before it counts, and counts under each shard's lock, so either its count sees the remover's
-//! removal or the remover (whose shard lock follows the waiter's) sees the announcement. It
-//! also re-checks every millisecond, for the queued tasks (see [`TaskRegistry::is_empty`]).
+//! **Emptiness** (shutdown's wait, `is_empty`) reads every ended count (acquire), then every
+//! spawned count. A task whose end it saw was spawned before that end — by a worker whose count
+//! store happened before the push that handed the task over, or by a foreign thread whose
+//! sequentially consistent increment precedes its own second look at `closing` — so its spawn
+//! is counted too: spawned ≥ ended in every reading. Equality then means every task whose spawn
+//! the reading saw has ended, and by induction from the foreign spawns (which shutdown sees, or
+//! which see `closing` and back out) every task of the runtime. A remover wakes a waiting
+//! `wait_empty`; a wake that misses it (no fence orders the two) costs at most the waiter's
+//! 1 ms recheck.
 
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::task::{TaskRef, lock};
+use crate::task::{Header, TaskRef, lock};
 use spindle_park::spin::SpinLock;
 
 /// See the module documentation.
 pub(crate) struct TaskRegistry {
     shards: Box<[Padded<SpinLock<Shard>>]>,
-    /// Per worker, then one for foreign threads: tasks spawned there.
-    spawns: Box<[Padded<AtomicU64>]>,
-    /// A `wait_empty` is (or was) waiting: removers that empty a shard signal `empty`.
+    /// Per worker, then one for foreign threads: tasks spawned and ended there.
+    counts: Box<[Padded<Counts>]>,
+    /// A `wait_empty` is (or was) waiting: enders signal `empty`.
     waiting: AtomicBool,
     empty: (Mutex<()>, Condvar),
 }
 
-/// Keeps each shard's lock on its own cache line.
+/// Keeps each shard's lock, and each worker's counts, on its own cache line.
 #[repr(align(128))]
 struct Padded<T>(T);
 
 #[derive(Default)]
+struct Counts {
+    spawned: AtomicU64,
+    ended: AtomicU64,
+}
+
+impl Counts {
+    /// Adds one to `counter`, which only this thread writes: a load and a store, released so
+    /// that a reader that sees the new value sees what came before it.
+    #[inline]
+    fn bump_own(counter: &AtomicU64) {
+        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Release);
+    }
+}
+
+/// A registered task: its header, not a counted reference (see the module documentation).
+#[derive(Clone, Copy)]
+struct Slot(NonNull<Header>);
+
+// SAFETY: a plain address of a task header, which is `Sync`; it is dereferenced only under the
+// shard's lock, while the task is alive (module documentation).
+unsafe impl Send for Slot {}
+
+#[derive(Default)]
 struct Shard {
-    /// Tasks inserted here ever (started by this shard's worker).
-    started: u64,
-    slots: Vec<Option<TaskRef>>,
+    slots: Vec<Option<Slot>>,
     free: Vec<u32>,
-    len: usize,
 }
 
 /// Where a task sits in the registry: (shard, slot), packed for the task's header.
@@ -67,8 +92,10 @@ struct Shard {
 pub(crate) struct Key(u64);
 
 impl Key {
-    /// A key no task has (a task's key before it is inserted).
+    /// The key of a task that has not run yet.
     pub(crate) const NONE: Key = Key(u64::MAX);
+    /// The key of a task that runs (or ran) but has no slot: it has not suspended yet.
+    pub(crate) const UNREGISTERED: Key = Key(u64::MAX - 1);
 
     pub(crate) const fn to_bits(self) -> u64 {
         self.0
@@ -94,9 +121,19 @@ impl TaskRegistry {
             shards: (0..workers)
                 .map(|_| Padded(SpinLock::new(Shard::default())))
                 .collect(),
-            spawns: (0..=workers).map(|_| Padded(AtomicU64::new(0))).collect(),
+            counts: (0..=workers).map(|_| Padded(Counts::default())).collect(),
             waiting: AtomicBool::new(false),
             empty: (Mutex::new(()), Condvar::new()),
+        }
+    }
+
+    /// The counts of worker `here` (`None`: another thread), and whether they are shared.
+    #[inline]
+    fn counts_of(&self, here: Option<usize>) -> (&Counts, bool) {
+        let foreign = self.counts.len() - 1;
+        match here {
+            Some(w) if w < foreign => (&self.counts[w].0, false),
+            _ => (&self.counts[foreign].0, true),
         }
     }
 
@@ -104,16 +141,11 @@ impl TaskRegistry {
     /// to a queue. `Some(w)` only on worker `w`'s own thread.
     #[inline]
     pub(crate) fn spawned(&self, here: Option<usize>) {
-        let foreign = self.spawns.len() - 1;
-        match here {
-            Some(w) if w < foreign => {
-                let spawned = &self.spawns[w].0;
-                // One writer (this worker): a load and a store.
-                spawned.store(spawned.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-            }
-            _ => {
-                // SeqCst: ordered before the spawner's second look at `closing` (`spawn_on`).
-                self.spawns[foreign].0.fetch_add(1, Ordering::SeqCst);
+        match self.counts_of(here) {
+            (counts, false) => Counts::bump_own(&counts.spawned),
+            // SeqCst: ordered before the spawner's second look at `closing` (`spawn_on`).
+            (counts, true) => {
+                counts.spawned.fetch_add(1, Ordering::SeqCst);
             }
         }
     }
@@ -121,120 +153,123 @@ impl TaskRegistry {
     /// Takes back a spawn from another thread (`spawned(None)`) whose task was never pushed:
     /// the runtime closed meanwhile.
     pub(crate) fn unspawned_foreign(&self) {
-        let foreign = self.spawns.len() - 1;
-        self.spawns[foreign].0.fetch_sub(1, Ordering::Relaxed);
+        self.counts_of(None)
+            .0
+            .spawned
+            .fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// Adds `task`, which worker `w` is about to run for the first time (on `w`'s own
-    /// thread); returns its key, for [`remove`](TaskRegistry::remove).
-    pub(crate) fn insert_started(&self, w: usize, task: TaskRef) -> Key {
+    /// Gives `task`, which runs on worker `w` (on `w`'s own thread) and has no slot, a slot;
+    /// returns its key, for [`ended`](TaskRegistry::ended).
+    pub(crate) fn insert(&self, w: usize, task: &TaskRef) -> Key {
         let shard_index = w.min(self.shards.len() - 1);
+        let entry = Slot(NonNull::from(task.header()));
         let mut shard = self.shards[shard_index].0.lock();
-        shard.started += 1;
         let slot = match shard.free.pop() {
             Some(slot) => {
-                shard.slots[slot as usize] = Some(task);
+                shard.slots[slot as usize] = Some(entry);
                 slot
             }
             None => {
                 // More than 2^32 live tasks in one shard cannot happen: each holds a stack
                 // or at least a heap allocation of well over a byte.
                 let slot = shard.slots.len() as u32;
-                shard.slots.push(Some(task));
+                shard.slots.push(Some(entry));
                 slot
             }
         };
-        shard.len += 1;
         Key(((shard_index as u64) << 32) | u64::from(slot))
     }
 
-    /// (registered, started, spawned) over every shard and worker, read in that order (see
-    /// [`is_empty`](Self::is_empty)).
-    fn counts(&self) -> (usize, u64, u64) {
-        let (registered, started) = self.shards.iter().fold((0, 0u64), |(len, st), s| {
-            let shard = s.0.lock();
-            (len + shard.len, st.wrapping_add(shard.started))
-        });
-        let spawned = self
-            .spawns
-            .iter()
-            .fold(0u64, |sp, c| sp.wrapping_add(c.0.load(Ordering::Relaxed)));
-        (registered, started, spawned)
-    }
-
-    /// Whether no task is live: none registered, none waiting for its first run.
-    ///
-    /// Each shard's count of registered and started tasks is read under its lock, then the
-    /// spawn counts. A task started before its shard was read was spawned before that (spawn,
-    /// push, pop, insert: each step synchronizes with the next), so its spawn is counted too;
-    /// a task spawned by one that has finished since was spawned before its spawner's removal,
-    /// whose shard lock the read took after it. So spawned ≥ started, and the difference is
-    /// the tasks still queued (or more, never fewer, if a spawn races with the read).
-    fn is_empty(&self) -> bool {
-        let (registered, started, spawned) = self.counts();
-        registered == 0 && spawned == started
-    }
-
-    /// Removes the task at `key` (a no-op for [`Key::NONE`] or a vacant slot), and drops the
-    /// registry's reference to it after the shard's lock is released.
-    pub(crate) fn remove(&self, key: Key) {
-        let Some(padded) = self.shards.get(key.shard()) else {
-            return;
-        };
-        let (removed, now_empty) = {
+    /// A task with key `key` ended on worker `here` (`None`: another thread): it leaves its
+    /// slot, if it has one, and is counted as ended.
+    pub(crate) fn ended(&self, key: Key, here: Option<usize>) {
+        if let Some(padded) = self.shards.get(key.shard()) {
             let mut shard = padded.0.lock();
-            let removed = shard.slots.get_mut(key.slot()).and_then(Option::take);
-            if removed.is_some() {
+            if shard
+                .slots
+                .get_mut(key.slot())
+                .and_then(Option::take)
+                .is_some()
+            {
                 shard.free.push(key.slot() as u32);
-                shard.len -= 1;
             }
-            (removed, shard.len == 0)
-        };
-        if removed.is_some() && now_empty && self.waiting.load(Ordering::SeqCst) {
+        }
+        match self.counts_of(here) {
+            (counts, false) => Counts::bump_own(&counts.ended),
+            (counts, true) => {
+                counts.ended.fetch_add(1, Ordering::Release);
+            }
+        }
+        if self.waiting.load(Ordering::Relaxed) {
             let _guard = lock(&self.empty.0);
             self.empty.1.notify_all();
         }
-        drop(removed);
     }
 
-    /// How many tasks are live (a snapshot: registered, plus spawned and not yet started).
+    /// (spawned, ended) over every worker, ended first (see the module documentation).
+    fn totals(&self) -> (u64, u64) {
+        let ended = self.counts.iter().fold(0u64, |sum, c| {
+            sum.wrapping_add(c.0.ended.load(Ordering::Acquire))
+        });
+        let spawned = self.counts.iter().fold(0u64, |sum, c| {
+            sum.wrapping_add(c.0.spawned.load(Ordering::Relaxed))
+        });
+        (spawned, ended)
+    }
+
+    /// Whether no task is live (see the module documentation).
+    fn is_empty(&self) -> bool {
+        let (spawned, ended) = self.totals();
+        spawned == ended
+    }
+
+    /// How many tasks are live (a snapshot: spawned and not yet ended).
     pub(crate) fn live(&self) -> usize {
-        let (registered, started, spawned) = self.counts();
-        let queued = usize::try_from(spawned.saturating_sub(started)).unwrap_or(usize::MAX);
-        registered.saturating_add(queued)
+        let (spawned, ended) = self.totals();
+        usize::try_from(spawned.saturating_sub(ended)).unwrap_or(usize::MAX)
     }
 
-    /// Every live task.
+    /// Every task that has a slot (see the module documentation: those that shutdown may have
+    /// to cancel).
     pub(crate) fn snapshot(&self) -> Vec<TaskRef> {
         self.shards
             .iter()
             .flat_map(|s| {
-                s.0.lock()
+                let shard = s.0.lock();
+                shard
                     .slots
                     .iter()
                     .flatten()
-                    .cloned()
+                    // SAFETY: a task in a slot is alive (module documentation), and stays so
+                    // while we hold its shard's lock: it can only leave under that lock.
+                    .map(|slot| unsafe { TaskRef::clone_from_header(slot.0) })
                     .collect::<Vec<_>>()
             })
             .collect()
     }
 
-    /// The live task with id `id`, if any (a linear search: for rare reports only).
+    /// The task with id `id`, if it has a slot — every named task has one from its first run
+    /// (a linear search: for rare reports only).
     pub(crate) fn find(&self, id: u64) -> Option<TaskRef> {
         self.shards.iter().find_map(|s| {
-            s.0.lock()
+            let shard = s.0.lock();
+            shard
                 .slots
                 .iter()
                 .flatten()
-                .find(|t| t.header().id == id)
-                .cloned()
+                // SAFETY: as in `snapshot`.
+                .find(|slot| unsafe { slot.0.as_ref() }.id == id)
+                // SAFETY: as in `snapshot`.
+                .map(|slot| unsafe { TaskRef::clone_from_header(slot.0) })
         })
     }
 
     /// Waits until no task is live, or `timeout` passes (never, if None); returns whether
     /// none is.
     pub(crate) fn wait_empty(&self, timeout: Option<Duration>) -> bool {
-        // The start counts signal nothing: look again at least this often.
+        // An ender's signal may miss the waiter (module documentation): look again at least
+        // this often.
         const RECHECK: Duration = Duration::from_millis(1);
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut guard = lock(&self.empty.0);

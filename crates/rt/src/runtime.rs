@@ -798,9 +798,9 @@ impl Runtime {
             std::mem::forget(task);
         }
         if !all_done {
-            // Tasks are still registered: they reach the runtime through a plain pointer
-            // (`Header::shared`), valid while they are registered, and the registry itself
-            // must not drop them here (as above). So the shared state is leaked with them.
+            // Tasks are still live: they reach the runtime through a plain pointer
+            // (`Header::shared`), valid while they count as live, and must not be dropped
+            // here (as above). So the shared state is leaked with them.
             std::mem::forget(Arc::clone(shared));
         }
         all_done

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use crate::join::{JoinError, JoinHandle};
 use crate::runtime::Shared;
 use crate::spawn::{Builder, spawn_on};
-use crate::task::{Failure, TypedTask, lock};
+use crate::task::{Failure, State, TypedTask, lock};
 use crate::worker;
 
 /// The result slot of a scoped coroutine: written once by the coroutine, read by the joiner
@@ -179,10 +179,8 @@ where
     let tasks = std::mem::take(&mut *lock(&scope.children.tasks));
     let child_panic = tasks.iter().find_map(|task| {
         let mut slot = task.join().slot.lock();
-        match slot
-            .result
-            .take_if(|r| matches!(r, Err(Failure::Panicked(_))))
-        {
+        let result = task.join().result_mut(task.header(), &mut slot)?;
+        match result.take_if(|r| matches!(r, Err(Failure::Panicked(_)))) {
             Some(Err(Failure::Panicked(p))) => Some(p),
             _ => None,
         }
@@ -209,11 +207,17 @@ fn wait_done<T>(task: &TypedTask<T>, children: Option<&Children>) {
         }
         {
             let mut slot = task.join().slot.lock();
-            if slot.done {
+            if task.header().is_complete() {
                 return;
             }
             // Its own slot: a sibling may be joining the task's handle meanwhile.
             slot.scope_waiter = Some(spindle_park::waker());
+            if task.header().set_join_flag(State::JOIN_WAITER) {
+                // Finished meanwhile, before it could see the flag: nobody will wake us (and
+                // our waker, a reference to this running coroutine, is not the last one).
+                slot.scope_waiter = None;
+                return;
+            }
         }
         spindle_park::park();
     }

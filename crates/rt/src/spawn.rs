@@ -431,7 +431,7 @@ where
         StackPlan::Reserved(stack) => Body::Own(own_coroutine(header, f, stack)),
         StackPlan::AtFirstRun(kind) => Body::OwnPending(kind, f),
     });
-    // Counted now, registered by the worker that first runs it (see `registry`).
+    // Counted now; given a registry slot only if it is named or suspends (see `registry`).
     shared.tasks.spawned(here);
     // A spawn from outside the runtime's workers may race with its shutdown: counted after the
     // check above, it could come after shutdown found nothing live and went on to stop the

@@ -13,6 +13,8 @@
 //! | `CANCELLED` | `JoinHandle::cancel` was called |
 //! | `COMPLETE` | the coroutine finished; the result is in the join cell |
 //! | `FIRED` | its timer moved the parked task out of idle (cleared by the resumed park) |
+//! | `JOIN_WAITER` | a waker waits in the join cell (a `join`, or the task's scope); set under the cell's lock |
+//! | `DETACHED` | the `JoinHandle` of a result with drop glue was dropped first; set under the cell's lock |
 //! | bits 8–31 | the park generation: the low 24 bits of the park number (`park_seq`) of the park that last published the task idle |
 //!
 //! Transitions (compare-and-swap loops):
@@ -37,7 +39,9 @@
 //!   publish*: a task becomes idle — the state in which a waker schedules it — only after its
 //!   context is saved, so no worker can resume a coroutine that is still running. A wake-up
 //!   that comes earlier finds `ACTIVE` and leaves the permit, which the worker sees here.
-//! * **finished**: → `COMPLETE`.
+//! * **finished**: → `COMPLETE`, after the result was written to the join cell; the old
+//!   state says whether the join cell's lock is needed at all (`JOIN_WAITER`, `DETACHED`: see
+//!   [`JoinCell`]).
 //!
 //! **The idle state holds a reference.** The worker that publishes a task idle keeps the
 //! reference it popped the task with in the idle state instead of dropping it, and whoever moves
@@ -77,6 +81,11 @@ impl State {
     /// The parked task's timer moved it out of idle (its deadline passed); cleared by the
     /// resumed park.
     pub(crate) const FIRED: u32 = 1 << 5;
+    /// A waker waits in the join cell (see [`JoinCell`]).
+    pub(crate) const JOIN_WAITER: u32 = 1 << 6;
+    /// The handle of a result with drop glue was dropped before the task finished (see
+    /// [`JoinCell`]).
+    pub(crate) const DETACHED: u32 = 1 << 7;
     /// The park generation's bits (see the module docs).
     pub(crate) const PARK_GEN: u32 = !0 << Self::PARK_GEN_SHIFT;
     const PARK_GEN_SHIFT: u32 = 8;
@@ -147,9 +156,10 @@ pub(crate) struct Header {
     /// value it was made with, and the state word the low bits of the last park's (see the
     /// module docs), so a timer left over from an earlier park wakes nothing.
     pub(crate) park_seq: AtomicU64,
-    /// Where the task sits in the runtime's registry (`registry::Key` bits), written once at
-    /// spawn before the task is scheduled, read when it finishes (the queues' hand-off orders
-    /// the two).
+    /// Where the task sits in the runtime's registry (`registry::Key` bits): `NONE` until its
+    /// first run, then `UNREGISTERED` or, once it has a slot, the slot's key. Written by the
+    /// worker that holds the task (first run, first suspension), read when it finishes (the
+    /// queues' hand-offs order the two).
     pub(crate) registry_key: AtomicU64,
     /// The timer armed by the current park: (worker, key). Written by the worker after the
     /// coroutine parked, read by the coroutine when it resumes (never at the same time).
@@ -254,8 +264,22 @@ impl Header {
         .is_none()
     }
 
-    pub(crate) fn complete(&self) {
-        self.update(|s| Some((s & !State::ACTIVE) | State::COMPLETE));
+    /// → `COMPLETE`; returns the state before.
+    pub(crate) fn complete(&self) -> u32 {
+        self.update(|s| Some((s & !State::ACTIVE) | State::COMPLETE))
+            .map_or(State::COMPLETE, |(old, _)| old)
+    }
+
+    /// Whether the task has finished (its result is in the join cell, or was taken).
+    #[inline]
+    pub(crate) fn is_complete(&self) -> bool {
+        self.load() & State::COMPLETE != 0
+    }
+
+    /// Sets `flag` (`JOIN_WAITER`, `DETACHED`; under the join cell's lock); returns whether the
+    /// task was complete before, in which case `finish` has not seen the flag.
+    pub(crate) fn set_join_flag(&self, flag: u32) -> bool {
+        self.state.fetch_or(flag, Ordering::AcqRel) & State::COMPLETE != 0
     }
 
     /// What resumed a parked task (the task itself, right after the resume): its timer
@@ -301,14 +325,15 @@ impl Header {
     ///
     /// A pointer, not an `Arc`: a clone per spawn and a drop per task were two atomic
     /// read-modify-writes on the one cache line of the runtime's reference count, which every
-    /// worker writes. What keeps the runtime alive instead is the registry: **a task's runtime
-    /// outlives the task's stay in the registry** — shutdown waits until the registry is empty,
-    /// and leaks the runtime's shared state when it gives up waiting (`Runtime::shutdown`).
-    /// Callers reach the runtime only while the task is in the registry: it enters at spawn,
-    /// before anything can see it, and leaves in `TaskPrefix::finish`, right after `COMPLETE`
-    /// is set; so "not `COMPLETE`" (a successful `notify` or `timer_fired` — which also keeps it
-    /// from completing until the caller has pushed it —, the task running its coroutine or
-    /// parking) or "inside `finish`, before the removal" suffices.
+    /// worker writes. What keeps the runtime alive instead is the registry's count of live
+    /// tasks: **a task's runtime outlives the task's life as the registry counts it** —
+    /// shutdown waits until every spawned task has ended, and leaks the runtime's shared state
+    /// when it gives up waiting (`Runtime::shutdown`). Callers reach the runtime only while the
+    /// task counts as live: it is counted at spawn, before anything can see it, and ends in
+    /// `TaskPrefix::finish`, right after `COMPLETE` is set; so "not `COMPLETE`" (a successful
+    /// `notify` or `timer_fired` — which also keeps it from completing until the caller has
+    /// pushed it —, the task running its coroutine or parking) or "inside `finish`, before
+    /// `TaskRegistry::ended`" suffices.
     #[inline]
     pub(crate) fn shared(&self) -> &Shared {
         // SAFETY: see above; every caller is in one of the listed situations.
@@ -347,7 +372,7 @@ pub(crate) struct TaskVtable {
 /// the process aborts before the count can wrap (as `Arc` does).
 const MAX_REFS: usize = isize::MAX as usize;
 
-/// A counted reference to a task: what the policies queue, the registry keeps, wakers are.
+/// A counted reference to a task: what the policies queue, wakers and join handles are.
 ///
 /// The task is one allocation (a [`TaskCell`], from [`task_alloc`](crate::task_alloc)) that
 /// starts with its [`Header`]; the header holds the reference count and the vtable. Not an
@@ -434,6 +459,18 @@ impl TaskRef {
     /// idle with `park_done`; see the module docs).
     pub(crate) fn into_idle(self) {
         std::mem::forget(self);
+    }
+
+    /// A new reference to the task whose header is `header`.
+    ///
+    /// # Safety
+    ///
+    /// The task is alive, and stays so until the count is raised: another reference holder
+    /// keeps it (the registry's slots: see `registry`).
+    pub(crate) unsafe fn clone_from_header(header: ptr::NonNull<Header>) -> TaskRef {
+        let borrowed = std::mem::ManuallyDrop::new(TaskRef(header));
+        // Clones count a reference of their own; `borrowed` counted none and is not dropped.
+        TaskRef::clone(&borrowed)
     }
 
     /// A reference from a pointer that carries one (a waker's data pointer).
@@ -529,20 +566,65 @@ impl fmt::Debug for TaskRef {
 }
 
 /// The result of a task, shared with its `JoinHandle`.
+///
+/// **Who touches `result`.** Before `COMPLETE` only the finishing task does: it writes the
+/// result once, then sets `COMPLETE` (release). From `COMPLETE` on, everyone else does, under
+/// `slot`'s lock, after seeing `COMPLETE` (acquire) — the handle takes the value, a scope a
+/// child's panic, `finish` a detached handle's unwanted value. So `finish` itself takes no
+/// lock unless the state it replaced says somebody needs it: `JOIN_WAITER` (a waker to wake) or
+/// `DETACHED` (a value to drop now). The lock, and the compare-and-swap it took on every
+/// finish, cost one atomic read-modify-write and ~25 instructions per spawn–join.
+///
+/// **Flags against a finish that races.** A waiter stores its waker under the lock, then sets
+/// `JOIN_WAITER` (`Header::set_join_flag`); if that finds `COMPLETE` already set, `finish` ran
+/// before the flag and will wake nobody, so the waiter takes the result instead of parking.
+/// Otherwise `finish` sees the flag and takes the lock after the waiter released it, and finds
+/// the waker. `DETACHED` works the same way for a dropped handle. The flags are never cleared:
+/// a stale one costs `finish` a lock and nothing else.
 pub(crate) struct JoinCell<T> {
-    pub(crate) slot: spindle_park::spin::SpinLock<JoinSlot<T>>,
+    pub(crate) slot: spindle_park::spin::SpinLock<JoinSlot>,
+    result: UnsafeCell<Option<Result<T, Failure>>>,
 }
 
-pub(crate) struct JoinSlot<T> {
-    pub(crate) result: Option<Result<T, Failure>>,
-    /// The result was produced (it may have been taken since).
-    pub(crate) done: bool,
+// SAFETY: `result` is written by the finishing task before `COMPLETE` and accessed by anyone
+// else only after it, under `slot`'s lock (see above): never by two threads at once. Values
+// move between threads that way, so `T: Send` (the task's bounds) is needed.
+unsafe impl<T: Send> Sync for JoinCell<T> {}
+
+impl<T> JoinCell<T> {
+    fn new() -> Self {
+        JoinCell {
+            slot: spindle_park::spin::SpinLock::new(JoinSlot {
+                waiter: None,
+                scope_waiter: None,
+            }),
+            result: UnsafeCell::new(None),
+        }
+    }
+
+    /// The result, under the lock once the task is complete (`_locked` proves the lock is
+    /// held; `header` is this task's).
+    ///
+    /// Returns `None` if the task has not finished; `Some(slot)` with the result, or `None` in
+    /// it if it was taken.
+    pub(crate) fn result_mut<'a>(
+        &'a self,
+        header: &Header,
+        _locked: &'a mut JoinSlot,
+    ) -> Option<&'a mut Option<Result<T, Failure>>> {
+        if !header.is_complete() {
+            return None;
+        }
+        // SAFETY: `COMPLETE` is set (acquire: the finisher's write is visible and it touches
+        // `result` no more) and the caller holds `slot`'s lock, which everyone else takes to
+        // touch it; the borrow lives as long as the caller's guard borrow.
+        Some(unsafe { &mut *self.result.get() })
+    }
+}
+
+pub(crate) struct JoinSlot {
     /// Who waits in `join` (the task's one `JoinHandle`).
     pub(crate) waiter: Option<Waker>,
-    /// The `JoinHandle` was dropped before the task finished: `finish` drops a value at once
-    /// instead of storing it (a failure is still stored: a scope reads a detached child's
-    /// panic).
-    pub(crate) detached: bool,
     /// The scope that spawned the task, waiting for it to finish (`scope::wait_done`) — a
     /// second waiter, as a sibling coroutine may be joining the task's handle at the same
     /// time: one shared slot made the later waiter replace the earlier, which never woke.
@@ -586,9 +668,10 @@ pub(crate) struct ThreadBound<C>(pub(crate) C);
 // SAFETY: used only for shared-stack coroutines. Such a task is pinned to its home worker at
 // spawn (it never gets another home, and policies run a homed task only on its home), its
 // coroutine is made on that worker at its first run and resumed and dropped only there: it
-// finishes there, and while it is alive the runtime's registry holds the task, so the last
-// reference to an unfinished task is never dropped elsewhere (at a shutdown timeout the task
-// is leaked instead).
+// finishes there, and while it is unfinished one reference stands for its next run (a queue's,
+// its worker's, or its idle state's: see `TaskRef::into_idle`) and is only ever handed on, so
+// the last reference to an unfinished task is never dropped elsewhere (at a shutdown timeout
+// the task is leaked instead).
 #[cfg(feature = "stack-shared")]
 unsafe impl<C> Send for ThreadBound<C> {}
 
@@ -758,24 +841,39 @@ where
 impl<T> TaskPrefix<T> {
     /// Publishes the outcome and wakes the joiner.
     fn finish(&self, outcome: Result<T, Failure>) {
-        self.header.complete();
-        // Leave the registry first, so that whoever the result wakes sees the task gone.
+        // SAFETY: the task is not `COMPLETE` yet (we are finishing it, once), so nobody else
+        // touches the result (`JoinCell`).
+        unsafe { *self.join.result.get() = Some(outcome) };
+        // Leave the registry first, so that whoever finds the result sees the task gone.
         let key = self.header.registry_key.load(Ordering::Relaxed);
-        self.header
-            .shared()
-            .tasks
-            .remove(crate::registry::Key::from_bits(key));
+        let shared = self.header.shared();
+        shared.tasks.ended(
+            crate::registry::Key::from_bits(key),
+            crate::worker::current_index(shared),
+        );
+        let before = self.header.complete();
+        if before & (State::JOIN_WAITER | State::DETACHED) != 0 {
+            self.finish_locked(before);
+        }
+    }
+
+    /// The rest of [`finish`](Self::finish) when the state it replaced (`before`) says a waker
+    /// waits or the handle was dropped (`JoinCell`).
+    #[cold]
+    #[inline(never)]
+    fn finish_locked(&self, before: u32) {
         let (waiter, scope_waiter, unwanted) = {
             let mut slot = self.join.slot.lock();
-            // (`slot.detached` is only ever set for a `T` with drop glue: see `JoinHandle`'s
-            // drop; the check compiles away for the others.)
-            let unwanted = if std::mem::needs_drop::<T>() && slot.detached && outcome.is_ok() {
-                Some(outcome)
+            // (`DETACHED` is only ever set for a `T` with drop glue: see `JoinHandle`'s drop;
+            // the check compiles away for the others.) A failure stays: a scope reads a
+            // detached child's panic.
+            let unwanted = if std::mem::needs_drop::<T>() && before & State::DETACHED != 0 {
+                self.join
+                    .result_mut(&self.header, &mut slot)
+                    .and_then(|result| result.take_if(|r| r.is_ok()))
             } else {
-                slot.result = Some(outcome);
                 None
             };
-            slot.done = true;
             (slot.waiter.take(), slot.scope_waiter.take(), unwanted)
         };
         if let Some(value) = unwanted {
@@ -923,15 +1021,7 @@ where
         cell.write(TaskCell {
             prefix: TaskPrefix {
                 header,
-                join: JoinCell {
-                    slot: spindle_park::spin::SpinLock::new(JoinSlot {
-                        result: None,
-                        done: false,
-                        waiter: None,
-                        scope_waiter: None,
-                        detached: false,
-                    }),
-                },
+                join: JoinCell::new(),
             },
             body: UnsafeCell::new(Body::Gone),
         });
@@ -976,8 +1066,19 @@ mod tests {
 
     #[test]
     fn the_park_generation_keeps_off_the_flags_and_wraps_at_2_pow_24() {
-        let flags =
-            State::ACTIVE | State::NOTIFIED | State::CANCELLED | State::COMPLETE | State::FIRED;
+        let each = [
+            State::ACTIVE,
+            State::NOTIFIED,
+            State::CANCELLED,
+            State::COMPLETE,
+            State::FIRED,
+            State::JOIN_WAITER,
+            State::DETACHED,
+        ];
+        let flags = each.iter().fold(0, |all, flag| {
+            assert_eq!(all & flag, 0, "flag {flag:#x} shares a bit");
+            all | flag
+        });
         assert_eq!(State::PARK_GEN & flags, 0);
         for seq in [0, 1, 7, (1 << 24) - 1, 1 << 24, u64::MAX] {
             assert_eq!(State::park_gen(seq) & !State::PARK_GEN, 0, "park {seq}");

@@ -502,10 +502,13 @@ impl WorkerCtx {
         match outcome {
             None => None,
             Some(Suspend::Yield) => {
+                self.register_once(&task);
                 // Back to a queue as it is: queued and running are one state (see `task`).
                 self.shared.yield_and_pop(self.index, task)
             }
             Some(Suspend::Park(deadline)) => {
+                // Before the task can be seen idle, or woken and run elsewhere.
+                self.register_once(&task);
                 if let Some(deadline) = deadline {
                     let seq = header.park_seq.load(Ordering::Relaxed);
                     let key = self.timers.borrow_mut().insert(
@@ -530,27 +533,61 @@ impl WorkerCtx {
         }
     }
 
-    /// What happens once per task, before its first run: it is registered here (see
-    /// `registry`: the worker that first runs a task keeps it), and pinned here unless
-    /// migratable (invariant 2).
+    /// What happens once per task, before its first run: it is pinned here unless migratable
+    /// (invariant 2), and a named task is registered (see `registry`: the monitor's report
+    /// finds a task's name there). Any other task gets a slot only when it first suspends
+    /// ([`register`](Self::register), from `run_task`).
     fn first_run(&self, task: &TaskRef) {
         let header = task.header();
         if !header.migratable {
             header.home.store(self.index, Ordering::Release);
         }
-        let shared = &*self.shared;
-        let key = shared.tasks.insert_started(self.index, task.clone());
+        if header.name.is_some() {
+            self.register(task);
+            return;
+        }
+        header.registry_key.store(
+            crate::registry::Key::UNREGISTERED.to_bits(),
+            Ordering::Relaxed,
+        );
+        // A task that starts once shutdown has begun is cancelled before it runs (its closure
+        // is dropped, never called). One that starts just as shutdown begins, before this
+        // load can see `closing`, runs until it ends or suspends: at its first suspension it
+        // registers, and `register`'s look at `closing` catches it.
+        if self.shared.closing.load(Ordering::Acquire) {
+            Self::cancel_for_shutdown(header);
+        }
+    }
+
+    /// Gives the task this worker runs (or has just suspended, its context saved but not yet
+    /// published) a registry slot, so that shutdown can cancel it.
+    #[cold]
+    fn register(&self, task: &TaskRef) {
+        let header = task.header();
+        let key = self.shared.tasks.insert(self.index, task);
         header.registry_key.store(key.to_bits(), Ordering::Relaxed);
         // After the insert: shutdown sets `closing`, then cancels what its snapshot of the
         // registry holds. Either the snapshot holds this task, or (the insert's lock taken
-        // after the snapshot's) this load sees `closing`: a task that starts while the runtime
-        // closes is cancelled before it runs (its closure is dropped, never called).
-        if shared.closing.load(Ordering::Acquire) {
-            // The task is `ACTIVE` (we run it): this only sets the flags, it pushes nothing.
-            let pushed =
-                header.notify(crate::task::State::CANCELLED | crate::task::State::NOTIFIED);
-            debug_assert!(!pushed, "a task being run is ACTIVE");
+        // after the snapshot's) this load sees `closing`.
+        if self.shared.closing.load(Ordering::Acquire) {
+            Self::cancel_for_shutdown(header);
         }
+    }
+
+    /// [`register`](Self::register)s a task that has just suspended for the first time.
+    #[inline]
+    fn register_once(&self, task: &TaskRef) {
+        let unregistered = crate::registry::Key::UNREGISTERED.to_bits();
+        if task.header().registry_key.load(Ordering::Relaxed) == unregistered {
+            self.register(task);
+        }
+    }
+
+    /// Cancels a task this worker holds (runs, or has suspended and not yet published).
+    fn cancel_for_shutdown(header: &crate::task::Header) {
+        // The task is `ACTIVE` (we hold it): this only sets the flags, it pushes nothing.
+        let pushed = header.notify(crate::task::State::CANCELLED | crate::task::State::NOTIFIED);
+        debug_assert!(!pushed, "a task held by its worker is ACTIVE");
     }
 
     /// This worker's shared stack region (a handle; made on first use). An error if it cannot

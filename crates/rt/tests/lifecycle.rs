@@ -34,6 +34,15 @@ fn watchdog(secs: u64, what: &'static str) -> Watchdog {
     Watchdog(done)
 }
 
+/// Counts its drops (a coroutine's frame, or a closure dropped unrun).
+struct D(Arc<AtomicUsize>);
+
+impl Drop for D {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 fn rt(workers: usize) -> Runtime {
     Runtime::builder()
         .workers(workers)
@@ -425,12 +434,6 @@ fn cancel_races_with_first_run_finish_and_wake() {
     // Cancel racing with the handle being dropped (detached).
     let count = Arc::new(AtomicUsize::new(0));
     for _ in 0..1000 {
-        struct D(Arc<AtomicUsize>);
-        impl Drop for D {
-            fn drop(&mut self) {
-                self.0.fetch_add(1, Ordering::SeqCst);
-            }
-        }
         // Made outside: a coroutine cancelled before its first run drops its closure unrun.
         let d = D(count.clone());
         let h = rt.spawn(move || {
@@ -636,12 +639,6 @@ fn shutdown_while_parked_sleeping_and_in_blocking() {
     let _w = watchdog(60, "shutdown with parked coroutines");
     let rt = rt(2);
     let drops = Arc::new(AtomicUsize::new(0));
-    struct D(Arc<AtomicUsize>);
-    impl Drop for D {
-        fn drop(&mut self) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
     let job_done = Arc::new(AtomicBool::new(false));
     let d = drops.clone();
     rt.spawn(move || {
@@ -668,6 +665,56 @@ fn shutdown_while_parked_sleeping_and_in_blocking() {
     drop(rt);
     assert_eq!(drops.load(Ordering::SeqCst), 3);
     assert!(job_done.load(Ordering::SeqCst));
+}
+
+/// A coroutine gets a registry slot (what shutdown cancels) only when it first suspends; one
+/// that runs from before the runtime is dropped until after shutdown took its snapshot, and
+/// only then parks or yields, must still be cancelled there — else shutdown waits for it for
+/// ever (the sleeper) or for as long as it loops (the yielder).
+#[test]
+fn a_coroutine_that_first_suspends_after_shutdown_began_is_cancelled() {
+    let _w = watchdog(60, "shutdown with a coroutine that suspends late");
+    let rt = rt(2);
+    let drops = Arc::new(AtomicUsize::new(0));
+    let dropping = Arc::new(AtomicBool::new(false));
+    let running = Arc::new(AtomicUsize::new(0));
+    let busy_until_dropped = {
+        let (dropping, running) = (dropping.clone(), running.clone());
+        move || {
+            running.fetch_add(1, Ordering::SeqCst);
+            while !dropping.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
+            // Long enough for shutdown to set `closing` and take its snapshot meanwhile.
+            let past = Instant::now() + Duration::from_millis(50);
+            while Instant::now() < past {
+                std::hint::spin_loop();
+            }
+        }
+    };
+    let (d, busy) = (D(drops.clone()), busy_until_dropped.clone());
+    rt.spawn(move || {
+        let _d = d;
+        busy();
+        spindle_rt::sleep(Duration::from_secs(3600));
+    });
+    let (d, busy) = (D(drops.clone()), busy_until_dropped);
+    rt.spawn(move || {
+        let _d = d;
+        busy();
+        loop {
+            spindle_rt::yield_now();
+        }
+    });
+    // Both running (on one worker each) before the drop begins.
+    let start = Instant::now();
+    while running.load(Ordering::SeqCst) < 2 && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(running.load(Ordering::SeqCst), 2, "both coroutines started");
+    dropping.store(true, Ordering::SeqCst);
+    drop(rt);
+    assert_eq!(drops.load(Ordering::SeqCst), 2, "both coroutines unwound");
 }
 
 #[test]
