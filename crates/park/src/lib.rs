@@ -75,6 +75,7 @@
 //! buffer to the kernel asks [`on_copying_stack`] and bounces such buffers through the heap.
 #![deny(missing_docs)]
 
+pub mod block_cache;
 pub mod spin;
 
 use std::cell::Cell;
