@@ -4,7 +4,7 @@ use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use crate::task::{Failure, State, TaskRef, TypedTask};
 use crate::worker;
@@ -134,10 +134,10 @@ impl<T: Send + 'static> JoinHandle<T> {
         }
     }
 
-    /// Lets go of a handle whose result was taken, without its `Drop`: the slot holds nothing
+    /// Lets go of a handle whose result was taken, without its `Drop`: the cell holds nothing
     /// left to drop (no value; no waiter: `finish` took it, or the wait that found the task
-    /// finished cleared its own, and no wait registers one after), so the detach's lock would
-    /// be for nothing.
+    /// finished took its own back, and no wait registers one after), so the detach's work
+    /// would be for nothing.
     #[inline]
     fn joined(self) {
         let this = std::mem::ManuallyDrop::new(self);
@@ -162,21 +162,17 @@ impl<T: Send + 'static> JoinHandle<T> {
     /// `&mut`): nothing would ever wake the caller.
     fn take_or_register(&self) -> Option<Result<T, JoinError>> {
         let (header, cell) = (self.task.header(), self.task.join());
-        let mut slot = cell.slot.lock();
-        let taken = match cell.result_mut(header, &mut slot) {
-            Some(result) => result.take(),
+        let taken = match cell.with_result(header, Option::take) {
+            Some(taken) => taken,
             None => {
-                slot.waiter = Some(spindle_park::waker());
-                if !header.set_join_flag(State::JOIN_WAITER) {
+                // (A waker already there may be a future's, from an earlier poll: replaced.)
+                if cell.register(header, State::JOIN_WAITER, |_| false, spindle_park::waker) {
                     return None;
                 }
-                // Finished meanwhile, before it could see the flag: nobody will wake us. (Our
-                // own waker, dropped under the lock: it wakes nothing and frees no task.)
-                slot.waiter = None;
-                cell.result_mut(header, &mut slot).and_then(Option::take)
+                // Finished meanwhile, before it could see the flag: nobody will wake us.
+                cell.with_result(header, Option::take).flatten()
             }
         };
-        drop(slot);
         match taken {
             Some(result) => Some(result.map_err(JoinError::from)),
             None => panic!(
@@ -238,28 +234,17 @@ impl<T: Send + 'static> Future for JoinHandle<T> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let (header, cell) = (self.task.header(), self.task.join());
-        let mut slot = cell.slot.lock();
-        let (taken, stale_waker) = match cell.result_mut(header, &mut slot) {
-            Some(result) => (result.take(), None),
+        let taken = match cell.with_result(header, Option::take) {
+            Some(taken) => taken,
             None => {
-                match &mut slot.waiter {
-                    Some(waiter) if waiter.will_wake(cx.waker()) => {}
-                    waiter => *waiter = Some(cx.waker().clone()),
-                }
-                if !header.set_join_flag(State::JOIN_WAITER) {
+                let (current, make) = (|w: &Waker| w.will_wake(cx.waker()), || cx.waker().clone());
+                if cell.register(header, State::JOIN_WAITER, current, make) {
                     return Poll::Pending;
                 }
                 // Finished meanwhile, before it could see the flag: nobody will wake us.
-                let stale_waker = slot.waiter.take();
-                (
-                    cell.result_mut(header, &mut slot).and_then(Option::take),
-                    stale_waker,
-                )
+                cell.with_result(header, Option::take).flatten()
             }
         };
-        drop(slot);
-        // Outside the lock: an executor's waker may do anything when dropped.
-        drop(stale_waker);
         match taken {
             Some(result) => Poll::Ready(result.map_err(JoinError::from)),
             None => panic!(
@@ -270,32 +255,27 @@ impl<T: Send + 'static> Future for JoinHandle<T> {
 }
 
 /// Dropping the handle detaches the coroutine, and its value is dropped as soon as it exists:
-/// now if it finished, else by `finish` when it does (see `JoinSlot::detached`). (Left in the
+/// now if it finished, else by `finish` when it does (`State::DETACHED`). (Left in the
 /// task until the task's last reference went, a value that held the coroutine's own waker — or
 /// anything that keeps one — kept the task alive, and so itself: never dropped, never freed.)
 /// A failure stays: a scope reads a detached child's panic.
 impl<T> Drop for JoinHandle<T> {
     fn drop(&mut self) {
         if !std::mem::needs_drop::<T>() {
-            // A value without drop glue cannot keep anything alive: leave it (and the slot's
-            // lock) alone, which is what a detached spawn of `()` costs.
+            // A value without drop glue cannot keep anything alive: leave it (and the cell)
+            // alone, which is what a detached spawn of `()` costs.
             return;
         }
         let (header, cell) = (self.task.header(), self.task.join());
-        let (output, waiter) = {
-            let mut slot = cell.slot.lock();
-            let waiter = slot.waiter.take();
-            let finished = cell.result_mut(header, &mut slot).is_some()
-                // Not yet: `finish` drops the value — unless it finished before it could see
-                // the flag, and then it is ours to drop after all.
-                || header.set_join_flag(State::DETACHED);
-            let output = if finished {
-                cell.result_mut(header, &mut slot)
-                    .and_then(|result| result.take_if(|r| r.is_ok()))
-            } else {
-                None
-            };
-            (output, waiter)
+        let waiter = cell.unregister(header, State::JOIN_WAITER);
+        // Not finished yet: `finish` drops the value — unless it finished before it could see
+        // the flag, and then it is ours to drop after all.
+        let finished = header.is_complete() || header.set_join_flag(State::DETACHED);
+        let output = if finished {
+            cell.with_result(header, |result| result.take_if(|r| r.is_ok()))
+                .flatten()
+        } else {
+            None
         };
         // Outside the lock: the value's destructor may do anything.
         drop(waiter);

@@ -178,9 +178,10 @@ where
     // handle's holder (the body, a child) has finished.
     let tasks = std::mem::take(&mut *lock(&scope.children.tasks));
     let child_panic = tasks.iter().find_map(|task| {
-        let mut slot = task.join().slot.lock();
-        let result = task.join().result_mut(task.header(), &mut slot)?;
-        match result.take_if(|r| matches!(r, Err(Failure::Panicked(_)))) {
+        let panic = task.join().with_result(task.header(), |result| {
+            result.take_if(|r| matches!(r, Err(Failure::Panicked(_))))
+        })?;
+        match panic {
             Some(Err(Failure::Panicked(p))) => Some(p),
             _ => None,
         }
@@ -205,19 +206,15 @@ fn wait_done<T>(task: &TypedTask<T>, children: Option<&Children>) {
         {
             children.cancel_all();
         }
+        if task.header().is_complete()
+            || !task.join().register(
+                task.header(),
+                State::SCOPE_WAITER,
+                |_| false,
+                spindle_park::waker,
+            )
         {
-            let mut slot = task.join().slot.lock();
-            if task.header().is_complete() {
-                return;
-            }
-            // Its own slot: a sibling may be joining the task's handle meanwhile.
-            slot.scope_waiter = Some(spindle_park::waker());
-            if task.header().set_join_flag(State::JOIN_WAITER) {
-                // Finished meanwhile, before it could see the flag: nobody will wake us (and
-                // our waker, a reference to this running coroutine, is not the last one).
-                slot.scope_waiter = None;
-                return;
-            }
+            return;
         }
         spindle_park::park();
     }

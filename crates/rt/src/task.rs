@@ -13,8 +13,9 @@
 //! | `CANCELLED` | `JoinHandle::cancel` was called |
 //! | `COMPLETE` | the coroutine finished; the result is in the join cell |
 //! | `FIRED` | its timer moved the parked task out of idle (cleared by the resumed park) |
-//! | `JOIN_WAITER` | a waker waits in the join cell (a `join`, or the task's scope); set under the cell's lock |
-//! | `DETACHED` | the `JoinHandle` of a result with drop glue was dropped first; set under the cell's lock |
+//! | `JOIN_WAITER` | the handle's waker waits in the join cell (see [`JoinCell`]) |
+//! | `SCOPE_WAITER` | the scope's waker waits in the join cell |
+//! | `DETACHED` | the `JoinHandle` of a result with drop glue was dropped first |
 //! | bits 8–31 | the park generation: the low 24 bits of the park number (`park_seq`) of the park that last published the task idle |
 //!
 //! Transitions (compare-and-swap loops):
@@ -40,8 +41,8 @@
 //!   context is saved, so no worker can resume a coroutine that is still running. A wake-up
 //!   that comes earlier finds `ACTIVE` and leaves the permit, which the worker sees here.
 //! * **finished**: → `COMPLETE`, after the result was written to the join cell; the old
-//!   state says whether the join cell's lock is needed at all (`JOIN_WAITER`, `DETACHED`: see
-//!   [`JoinCell`]).
+//!   state says whether anything else is to be done (`JOIN_WAITER`, `SCOPE_WAITER`,
+//!   `DETACHED`: see [`JoinCell`]).
 //!
 //! **The idle state holds a reference.** The worker that publishes a task idle keeps the
 //! reference it popped the task with in the idle state instead of dropping it, and whoever moves
@@ -75,13 +76,15 @@ pub(crate) struct State;
 
 impl State {
     pub(crate) const ACTIVE: u32 = 1;
+    /// The scope's waker waits in the join cell (see [`JoinCell`]).
+    pub(crate) const SCOPE_WAITER: u32 = 1 << 1;
     pub(crate) const NOTIFIED: u32 = 1 << 2;
     pub(crate) const CANCELLED: u32 = 1 << 3;
     pub(crate) const COMPLETE: u32 = 1 << 4;
     /// The parked task's timer moved it out of idle (its deadline passed); cleared by the
     /// resumed park.
     pub(crate) const FIRED: u32 = 1 << 5;
-    /// A waker waits in the join cell (see [`JoinCell`]).
+    /// The handle's waker waits in the join cell (see [`JoinCell`]).
     pub(crate) const JOIN_WAITER: u32 = 1 << 6;
     /// The handle of a result with drop glue was dropped before the task finished (see
     /// [`JoinCell`]).
@@ -276,10 +279,17 @@ impl Header {
         self.load() & State::COMPLETE != 0
     }
 
-    /// Sets `flag` (`JOIN_WAITER`, `DETACHED`; under the join cell's lock); returns whether the
-    /// task was complete before, in which case `finish` has not seen the flag.
+    /// Sets `flag` (`JOIN_WAITER`, `SCOPE_WAITER`, `DETACHED`); returns whether the task was
+    /// complete before, in which case `finish` has not seen the flag (see [`JoinCell`]).
     pub(crate) fn set_join_flag(&self, flag: u32) -> bool {
         self.state.fetch_or(flag, Ordering::AcqRel) & State::COMPLETE != 0
+    }
+
+    /// Clears `flag` (`JOIN_WAITER`, `SCOPE_WAITER`) unless the task is complete; returns
+    /// whether it did (see [`JoinCell`]).
+    fn clear_join_flag(&self, flag: u32) -> bool {
+        self.update(|s| (s & State::COMPLETE == 0).then_some(s & !flag))
+            .is_some()
     }
 
     /// What resumed a parked task (the task itself, right after the resume): its timer
@@ -565,70 +575,134 @@ impl fmt::Debug for TaskRef {
     }
 }
 
-/// The result of a task, shared with its `JoinHandle`.
+/// The result of a task, shared with its `JoinHandle`, and who waits for it.
 ///
-/// **Who touches `result`.** Before `COMPLETE` only the finishing task does: it writes the
-/// result once, then sets `COMPLETE` (release). From `COMPLETE` on, everyone else does, under
-/// `slot`'s lock, after seeing `COMPLETE` (acquire) — the handle takes the value, a scope a
-/// child's panic, `finish` a detached handle's unwanted value. So `finish` itself takes no
-/// lock unless the state it replaced says somebody needs it: `JOIN_WAITER` (a waker to wake) or
-/// `DETACHED` (a value to drop now). The lock, and the compare-and-swap it took on every
-/// finish, cost one atomic read-modify-write and ~25 instructions per spawn–join.
+/// **The result.** Before `COMPLETE` only the finishing task touches it: it writes the result
+/// once, then sets `COMPLETE` (release). From `COMPLETE` on, everyone else does, under `lock`,
+/// after seeing `COMPLETE` (acquire) — the handle takes the value, a scope a child's panic,
+/// `finish` a detached handle's unwanted value ([`with_result`](Self::with_result)).
 ///
-/// **Flags against a finish that races.** A waiter stores its waker under the lock, then sets
-/// `JOIN_WAITER` (`Header::set_join_flag`); if that finds `COMPLETE` already set, `finish` ran
-/// before the flag and will wake nobody, so the waiter takes the result instead of parking.
-/// Otherwise `finish` sees the flag and takes the lock after the waiter released it, and finds
-/// the waker. `DETACHED` works the same way for a dropped handle. The flags are never cleared:
-/// a stale one costs `finish` a lock and nothing else.
+/// **The wakers.** Two fields, each with one owner besides `finish` and a flag in the state
+/// word that says which of the two may touch it: `waiter` (the handle's; `JOIN_WAITER`) and
+/// `scope_waiter` (the scope that spawned the task; `SCOPE_WAITER` — a sibling may join the
+/// handle meanwhile, and one shared field made the later waiter replace the earlier, which
+/// never woke). While the flag is clear the owner alone uses the field; it stores its waker,
+/// then sets the flag ([`register`](Self::register)), and from then on leaves the field alone
+/// unless it clears the flag again with a compare-and-swap that fails once `COMPLETE` is set.
+/// `finish` sets `COMPLETE` and learns from the state it replaced which flags were set: those
+/// fields are its own from then on, and it takes their wakers without a lock. An owner whose
+/// flag lands after `COMPLETE` (the `fetch_or` returns a state with `COMPLETE`) knows `finish`
+/// did not see it: the field is still its own, and the task finished, so it takes the result
+/// instead of parking. `DETACHED` (the handle of a result with drop glue dropped) works the
+/// same way for the value, which `finish` then drops at once.
+///
+/// So a finish nobody waits for takes no lock and a waited-for one none either; a join that
+/// waits costs its flag and the lock that takes the result. (It was one lock around all of it:
+/// one more atomic operation per finish and two more per waiting join.)
 pub(crate) struct JoinCell<T> {
-    pub(crate) slot: spindle_park::spin::SpinLock<JoinSlot>,
+    /// Guards `result` once the task is complete.
+    lock: spindle_park::spin::SpinLock<()>,
     result: UnsafeCell<Option<Result<T, Failure>>>,
+    waiter: UnsafeCell<Option<Waker>>,
+    scope_waiter: UnsafeCell<Option<Waker>>,
 }
 
-// SAFETY: `result` is written by the finishing task before `COMPLETE` and accessed by anyone
-// else only after it, under `slot`'s lock (see above): never by two threads at once. Values
-// move between threads that way, so `T: Send` (the task's bounds) is needed.
+// SAFETY: `result` is written by the finishing task before `COMPLETE` and touched by anyone
+// else only after it, under `lock`; each waker field is touched by its owner while its flag is
+// clear and by `finish` once it saw the flag set when it completed the task, which ends the
+// owner's use (see above): never by two threads at once. Values and wakers move between
+// threads that way, so `T: Send` (the task's bounds) is needed; wakers are `Send + Sync`.
 unsafe impl<T: Send> Sync for JoinCell<T> {}
 
 impl<T> JoinCell<T> {
     fn new() -> Self {
         JoinCell {
-            slot: spindle_park::spin::SpinLock::new(JoinSlot {
-                waiter: None,
-                scope_waiter: None,
-            }),
+            lock: spindle_park::spin::SpinLock::new(()),
             result: UnsafeCell::new(None),
+            waiter: UnsafeCell::new(None),
+            scope_waiter: UnsafeCell::new(None),
         }
     }
 
-    /// The result, under the lock once the task is complete (`_locked` proves the lock is
-    /// held; `header` is this task's).
-    ///
-    /// Returns `None` if the task has not finished; `Some(slot)` with the result, or `None` in
-    /// it if it was taken.
-    pub(crate) fn result_mut<'a>(
-        &'a self,
+    /// Runs `f` on the result (`None` in it once taken) under the lock, if the task is
+    /// complete; `None` if it is not. `header` is this task's.
+    pub(crate) fn with_result<R>(
+        &self,
         header: &Header,
-        _locked: &'a mut JoinSlot,
-    ) -> Option<&'a mut Option<Result<T, Failure>>> {
+        f: impl FnOnce(&mut Option<Result<T, Failure>>) -> R,
+    ) -> Option<R> {
         if !header.is_complete() {
             return None;
         }
+        let _locked = self.lock.lock();
         // SAFETY: `COMPLETE` is set (acquire: the finisher's write is visible and it touches
-        // `result` no more) and the caller holds `slot`'s lock, which everyone else takes to
-        // touch it; the borrow lives as long as the caller's guard borrow.
-        Some(unsafe { &mut *self.result.get() })
+        // `result` no more except under the lock) and we hold the lock, which everyone else
+        // takes to touch it.
+        Some(f(unsafe { &mut *self.result.get() }))
     }
-}
 
-pub(crate) struct JoinSlot {
-    /// Who waits in `join` (the task's one `JoinHandle`).
-    pub(crate) waiter: Option<Waker>,
-    /// The scope that spawned the task, waiting for it to finish (`scope::wait_done`) — a
-    /// second waiter, as a sibling coroutine may be joining the task's handle at the same
-    /// time: one shared slot made the later waiter replace the earlier, which never woke.
-    pub(crate) scope_waiter: Option<Waker>,
+    /// The waker field governed by `flag`.
+    fn field(&self, flag: u32) -> &UnsafeCell<Option<Waker>> {
+        if flag == State::SCOPE_WAITER {
+            &self.scope_waiter
+        } else {
+            &self.waiter
+        }
+    }
+
+    /// Makes the caller's waker the one `finish` wakes, in the field of `flag` (`JOIN_WAITER`:
+    /// called by the task's handle only; `SCOPE_WAITER`: by its scope only): the waker there
+    /// if `current` says it is the caller's already, else one made by `make`. Returns false if
+    /// the task has completed and `finish` will not wake it: the caller must not park, the
+    /// result is there. `header` is this task's.
+    pub(crate) fn register(
+        &self,
+        header: &Header,
+        flag: u32,
+        current: impl FnOnce(&Waker) -> bool,
+        make: impl FnOnce() -> Waker,
+    ) -> bool {
+        if header.load() & flag != 0 && !header.clear_join_flag(flag) {
+            // Complete with our flag set: `finish` owns the field (it wakes our old waker).
+            return false;
+        }
+        // SAFETY: the flag is clear, so `finish` does not touch the field (it only takes a
+        // field whose flag it saw when it completed the task, and the flag was clear before our
+        // `fetch_or` below); the caller is the field's one owner.
+        let slot = unsafe { &mut *self.field(flag).get() };
+        if !slot.as_ref().is_some_and(current) {
+            *slot = Some(make());
+        }
+        if header.set_join_flag(flag) {
+            // Completed before the flag: `finish` did not see it and will never touch the
+            // field, which is still ours.
+            drop(slot.take());
+            return false;
+        }
+        true
+    }
+
+    /// Takes back the waker in the field of `flag` (its owner, for good: a dropped handle),
+    /// unless `finish` owns it now.
+    pub(crate) fn unregister(&self, header: &Header, flag: u32) -> Option<Waker> {
+        if header.load() & flag != 0 && !header.clear_join_flag(flag) {
+            return None;
+        }
+        // SAFETY: the flag is clear (as in `register`), and the caller is the field's owner.
+        unsafe { (*self.field(flag).get()).take() }
+    }
+
+    /// `finish`'s side: takes the waker of a field whose flag was set in `before`, the state
+    /// that `COMPLETE` replaced.
+    fn take_flagged(&self, before: u32, flag: u32) -> Option<Waker> {
+        if before & flag == 0 {
+            return None;
+        }
+        // SAFETY: the flag was set when `COMPLETE` was (the compare-and-swap read it, acquire:
+        // the owner's store of the waker is visible), and an owner leaves a flagged field alone
+        // once it cannot clear the flag, which it cannot after `COMPLETE`: the field is ours.
+        unsafe { (*self.field(flag).get()).take() }
+    }
 }
 
 /// A task's coroutine on a guarded stack of its own.
@@ -852,8 +926,8 @@ impl<T> TaskPrefix<T> {
             crate::worker::current_index(shared),
         );
         let before = self.header.complete();
-        if before & (State::JOIN_WAITER | State::DETACHED) != 0 {
-            self.finish_locked(before);
+        if before & (State::JOIN_WAITER | State::SCOPE_WAITER | State::DETACHED) != 0 {
+            self.finish_flagged(before);
         }
     }
 
@@ -861,20 +935,18 @@ impl<T> TaskPrefix<T> {
     /// waits or the handle was dropped (`JoinCell`).
     #[cold]
     #[inline(never)]
-    fn finish_locked(&self, before: u32) {
-        let (waiter, scope_waiter, unwanted) = {
-            let mut slot = self.join.slot.lock();
-            // (`DETACHED` is only ever set for a `T` with drop glue: see `JoinHandle`'s drop;
-            // the check compiles away for the others.) A failure stays: a scope reads a
-            // detached child's panic.
-            let unwanted = if std::mem::needs_drop::<T>() && before & State::DETACHED != 0 {
-                self.join
-                    .result_mut(&self.header, &mut slot)
-                    .and_then(|result| result.take_if(|r| r.is_ok()))
-            } else {
-                None
-            };
-            (slot.waiter.take(), slot.scope_waiter.take(), unwanted)
+    fn finish_flagged(&self, before: u32) {
+        let waiter = self.join.take_flagged(before, State::JOIN_WAITER);
+        let scope_waiter = self.join.take_flagged(before, State::SCOPE_WAITER);
+        // (`DETACHED` is only ever set for a `T` with drop glue: see `JoinHandle`'s drop; the
+        // check compiles away for the others.) A failure stays: a scope reads a detached
+        // child's panic.
+        let unwanted = if std::mem::needs_drop::<T>() && before & State::DETACHED != 0 {
+            self.join
+                .with_result(&self.header, |result| result.take_if(|r| r.is_ok()))
+                .flatten()
+        } else {
+            None
         };
         if let Some(value) = unwanted {
             // The value of a detached coroutine, dropped now: left in the task until its last
@@ -1072,6 +1144,7 @@ mod tests {
             State::CANCELLED,
             State::COMPLETE,
             State::FIRED,
+            State::SCOPE_WAITER,
             State::JOIN_WAITER,
             State::DETACHED,
         ];
