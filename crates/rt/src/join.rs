@@ -161,25 +161,33 @@ impl<T: Send + 'static> JoinHandle<T> {
     /// Panics if the result was already taken (the handle was awaited to `Ready` through
     /// `&mut`): nothing would ever wake the caller.
     fn take_or_register(&self) -> Option<Result<T, JoinError>> {
-        let (header, cell) = (self.task.header(), self.task.join());
-        let taken = match cell.with_result(header, Option::take) {
-            Some(taken) => taken,
-            None => {
-                // (A waker already there may be a future's, from an earlier poll: replaced.)
-                if cell.register(header, State::JOIN_WAITER, |_| false, spindle_park::waker) {
-                    return None;
-                }
-                // Finished meanwhile, before it could see the flag: nobody will wake us.
-                cell.with_result(header, Option::take).flatten()
-            }
-        };
-        match taken {
+        // (A waker already there may be a future's, from an earlier poll: replaced.)
+        match self.take_or_wait(|_| false, spindle_park::waker)? {
             Some(result) => Some(result.map_err(JoinError::from)),
             None => panic!(
                 "JoinHandle::join after the handle returned Ready as a future (its result was \
                  already taken)"
             ),
         }
+    }
+
+    /// The result if the coroutine has finished (`Some(None)`: it was taken already); else
+    /// makes the caller's waker the one its finish wakes (`current`, `make`: see
+    /// `JoinCell::register`) and returns `None`.
+    fn take_or_wait(
+        &self,
+        current: impl FnOnce(&Waker) -> bool,
+        make: impl FnOnce() -> Waker,
+    ) -> Option<Option<Result<T, Failure>>> {
+        let (header, cell) = (self.task.header(), self.task.join());
+        if let Some(taken) = cell.with_result(header, Option::take) {
+            return Some(taken);
+        }
+        if cell.register(header, State::JOIN_WAITER, current, make) {
+            return None;
+        }
+        // Finished meanwhile, before it could see the flag: nobody will wake us.
+        Some(cell.with_result(header, Option::take).flatten())
     }
 
     /// Whether the coroutine has finished (its result waits for `join`).
@@ -233,17 +241,9 @@ impl<T: Send + 'static> Future for JoinHandle<T> {
     type Output = Result<T, JoinError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let (header, cell) = (self.task.header(), self.task.join());
-        let taken = match cell.with_result(header, Option::take) {
-            Some(taken) => taken,
-            None => {
-                let (current, make) = (|w: &Waker| w.will_wake(cx.waker()), || cx.waker().clone());
-                if cell.register(header, State::JOIN_WAITER, current, make) {
-                    return Poll::Pending;
-                }
-                // Finished meanwhile, before it could see the flag: nobody will wake us.
-                cell.with_result(header, Option::take).flatten()
-            }
+        let current = |w: &Waker| w.will_wake(cx.waker());
+        let Some(taken) = self.take_or_wait(current, || cx.waker().clone()) else {
+            return Poll::Pending;
         };
         match taken {
             Some(result) => Poll::Ready(result.map_err(JoinError::from)),
