@@ -21,9 +21,17 @@ const CORE: [&str; 3] = ["spindle-context", "spindle-stack", "spindle-coro"];
 /// woken; the legs run the runtimes on epoll, `SPINDLE_IO=epoll`).
 const VALGRIND_RT_SKIPPED: [&str; 0] = [];
 
-/// IO backends for other systems, linted with their tests too by the `cross-<target>` legs
-/// (each is empty on the targets it is not for).
-const CROSS_IO: [&str; 2] = ["spindle-io-kqueue", "spindle-io-iocp"];
+/// Linted with their tests, examples and benches too by the `cross-<target>` legs: the IO
+/// backends for other systems (each is empty on the targets it is not for), and the runtime's
+/// crates, whose tests and examples must at least build everywhere.
+const CROSS_ALL_TARGETS: [&str; 6] = [
+    "spindle-io-kqueue",
+    "spindle-io-iocp",
+    "spindle-io",
+    "spindle-sync",
+    "spindle-sched",
+    "spindle-rt",
+];
 
 /// The crates whose tests the `test-windows-wine` leg runs under Wine: the IOCP backend,
 /// spindle-io (its Windows sockets), the IO conformance suite (modes `iocp`, `polling`,
@@ -303,7 +311,7 @@ fn cross(target: &str) -> Result<(), String> {
     proc::run(
         cargo()
             .args(["clippy", "--all-targets", "--target", target])
-            .args(packages(&CROSS_IO))
+            .args(packages(&CROSS_ALL_TARGETS))
             .args(["--", "-D", "warnings"]),
     )
 }

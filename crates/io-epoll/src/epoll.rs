@@ -82,8 +82,11 @@ const MAX_ROUNDS: usize = 16;
 /// The token of the eventfd (no slot token can be this: slot indices stay below `u32::MAX`).
 const WAKE_TOKEN: u64 = u64::MAX;
 
-/// What every source is registered for, once for its life.
-const INTEREST: u32 = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
+/// What every source is registered for, once for its life. `EPOLLPRI` (TCP urgent data) wakes
+/// nobody: it keeps a short stream read from being taken for a drained queue
+/// ([`Readiness::PRIORITY`]).
+const INTEREST: u32 =
+    (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLPRI | libc::EPOLLET) as u32;
 
 /// See the module docs.
 const EMPTY: u8 = 0;
@@ -575,6 +578,10 @@ impl Reactor for Shared {
     fn reports_read_closed(&self) -> bool {
         true // EPOLLRDHUP is asked for with every registration
     }
+
+    fn reports_urgent_data(&self) -> bool {
+        true // and EPOLLPRI
+    }
 }
 
 /// The live registrations (module docs): tokens are a `u64`, 32 bits of slot index and 32 of
@@ -587,11 +594,12 @@ fn new_table() -> Table {
 
 /// The readiness an epoll event reports.
 fn readiness(flags: u32) -> Readiness {
-    const MAP: [(libc::c_int, Readiness); 4] = [
+    const MAP: [(libc::c_int, Readiness); 5] = [
         (libc::EPOLLIN, Readiness::READABLE),
         (libc::EPOLLOUT, Readiness::WRITABLE),
         (libc::EPOLLRDHUP, Readiness::READ_CLOSED),
         (libc::EPOLLERR, Readiness::ERROR),
+        (libc::EPOLLPRI, Readiness::PRIORITY),
     ];
     let mut readiness = Readiness::EMPTY;
     for (flag, bit) in MAP {
@@ -683,6 +691,10 @@ mod unit {
             Readiness::READ_CLOSED.add(Readiness::WRITE_CLOSED)
         );
         assert_eq!(r(libc::EPOLLERR), Readiness::ERROR);
+        assert_eq!(
+            r(libc::EPOLLIN | libc::EPOLLPRI),
+            Readiness::READABLE.add(Readiness::PRIORITY)
+        );
         assert_eq!(r(0), Readiness::EMPTY);
     }
 }

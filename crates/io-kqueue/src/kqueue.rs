@@ -273,6 +273,12 @@ impl Reactor for Shared {
     fn reports_read_closed(&self) -> bool {
         true // EV_EOF on the read filter
     }
+
+    fn reports_urgent_data(&self) -> bool {
+        // Apple's read filter flags a socket's out-of-band data with `EV_OOBAND`; elsewhere
+        // we know of no such flag, so TCP streams keep the extra call there.
+        cfg!(target_vendor = "apple")
+    }
 }
 
 impl Shared {
@@ -305,6 +311,10 @@ fn readiness_of(ev: &libc::kevent) -> Readiness {
         r = r.add(Readiness::READABLE);
         if eof {
             r = r.add(Readiness::READ_CLOSED);
+        }
+        #[cfg(target_vendor = "apple")]
+        if ev.flags & libc::EV_OOBAND != 0 {
+            r = r.add(Readiness::PRIORITY);
         }
     } else if ev.filter == libc::EVFILT_WRITE {
         r = r.add(Readiness::WRITABLE);

@@ -235,6 +235,9 @@ suite!(
         udp_datagrams,
         udp_read_timeout,
         #[cfg(unix)] unix_stream_echo,
+        #[cfg(unix)] tcp_short_read_at_the_urgent_mark,
+        #[cfg(unix)] unix_short_read_at_passed_descriptors,
+        #[cfg(target_os = "linux")] unix_connect_timeout_waits_out_a_full_backlog,
         #[cfg(unix)] unix_datagrams,
         #[cfg(unix)] files,
         #[cfg(unix)] pipes,
@@ -686,6 +689,135 @@ fn unix_stream_echo() {
     let mut buf = [0u8; 4];
     y.read_exact(&mut buf).unwrap();
     assert_eq!(&buf, b"pair");
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Reads `want` bytes from `r`, in reads of up to 64.
+#[cfg(unix)]
+fn read_in_pieces(r: &mut impl Read, want: usize) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64];
+    while got.len() < want {
+        let n = r.read(&mut buf).unwrap();
+        assert!(n > 0, "end of stream after {got:?}");
+        got.extend_from_slice(&buf[..n]);
+    }
+    got
+}
+
+/// A TCP read stops short at the urgent mark (out-of-band data, kept out of line) with the
+/// bytes behind the mark already queued: that short read must not be taken for a drained
+/// socket (no event comes for bytes already there, and the next read would wait for ever;
+/// here it would time out).
+#[cfg(unix)]
+fn tcp_short_read_at_the_urgent_mark() {
+    let (mut client, server) = tcp_pair();
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    // A first read that waits (so the stream registers with the reactor) and stops short.
+    let server = go(move || {
+        nap(Duration::from_millis(50));
+        (&server).write_all(b"x").unwrap();
+        server
+    });
+    assert_eq!(read_in_pieces(&mut client, 1), b"x");
+    let server = server();
+    let send = |data: &[u8], flags: libc::c_int| {
+        // SAFETY: `data` is valid for its length; an open socket.
+        let n = unsafe { libc::send(server.as_raw_fd(), data.as_ptr().cast(), data.len(), flags) };
+        assert_eq!(n, data.len() as isize, "{}", io::Error::last_os_error());
+    };
+    send(b"abc", 0);
+    send(b"!", libc::MSG_OOB);
+    send(b"def", 0);
+    // All of it arrives, and a reactor sees its events, before the next read.
+    nap(Duration::from_millis(100));
+    // "abc" (up to the mark), then "def"; the urgent byte is out of line.
+    assert_eq!(read_in_pieces(&mut client, 6), b"abcdef");
+}
+
+/// Sends `data` on `sock` with a descriptor attached (`SCM_RIGHTS`).
+#[cfg(unix)]
+fn send_with_descriptor(sock: &std::os::unix::net::UnixStream, data: &[u8], fd: i32) {
+    let fd_len = std::mem::size_of::<i32>() as u32;
+    // SAFETY: arithmetic on a length.
+    let space = unsafe { libc::CMSG_SPACE(fd_len) } as usize;
+    let mut control = vec![0u64; space.div_ceil(8)]; // aligned for `cmsghdr`
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr().cast_mut().cast(),
+        iov_len: data.len(),
+    };
+    // SAFETY: all-zero is a valid `msghdr`.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: `msg` describes `iov` (over `data`, only read by sendmsg) and `control`, which
+    // has room for one header with one descriptor (`CMSG_SPACE`), so the first header is in
+    // it and its data has room for the descriptor.
+    let n = unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(fd_len) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>(), fd);
+        libc::sendmsg(sock.as_raw_fd(), &msg, 0)
+    };
+    assert_eq!(n, data.len() as isize, "{}", io::Error::last_os_error());
+}
+
+/// A Unix stream read stops after a message that carried descriptors, with what was sent
+/// after it already queued: as at TCP's urgent mark, that short read is no drain. (Our read
+/// has no room for the descriptors: the kernel closes them, as for `read(2)`.)
+#[cfg(unix)]
+fn unix_short_read_at_passed_descriptors() {
+    let (peer, ours) = std::os::unix::net::UnixStream::pair().unwrap();
+    let mut ours = UnixStream::from_std(ours).unwrap();
+    ours.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let peer = go(move || {
+        nap(Duration::from_millis(50));
+        (&peer).write_all(b"x").unwrap();
+        peer
+    });
+    assert_eq!(read_in_pieces(&mut ours, 1), b"x");
+    let peer = peer();
+    let passed = std::fs::File::open("/dev/null").unwrap();
+    send_with_descriptor(&peer, b"abc", passed.as_raw_fd());
+    (&peer).write_all(b"def").unwrap();
+    nap(Duration::from_millis(100));
+    assert_eq!(read_in_pieces(&mut ours, 6), b"abcdef");
+}
+
+/// A connect to a listener whose backlog is full fails at once (`EAGAIN`) on Linux;
+/// `connect_timeout` retries until the whole timeout has passed, then says `TimedOut`.
+#[cfg(target_os = "linux")]
+fn unix_connect_timeout_waits_out_a_full_backlog() {
+    let path = temp_path("full.sock");
+    let l = UnixListener::bind(&path).unwrap();
+    // SAFETY: a listening socket; a new backlog of 0 lets one connection wait.
+    assert_eq!(unsafe { libc::listen(l.as_raw_fd(), 0) }, 0);
+    let mut waiting = Vec::new();
+    let full = loop {
+        match UnixStream::connect_timeout(&path, Duration::from_millis(30)) {
+            Ok(s) => waiting.push(s),
+            Err(e) if e.kind() == ErrorKind::TimedOut => break true,
+            Err(e) => panic!("{e}"),
+        }
+        if waiting.len() > 8 {
+            break false;
+        }
+    };
+    assert!(full, "the backlog never filled");
+    let timeout = Duration::from_millis(300);
+    let start = Instant::now();
+    let err = UnixStream::connect_timeout(&path, timeout).unwrap_err();
+    let took = start.elapsed();
+    assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
+    assert!(took >= timeout, "gave up after {took:?} of {timeout:?}");
+    drop(waiting);
     let _ = std::fs::remove_file(&path);
 }
 

@@ -138,6 +138,15 @@ pub trait Reactor: Send + Sync + 'static {
     fn reports_read_closed(&self) -> bool {
         false
     }
+
+    /// Whether this reactor reports TCP urgent data as
+    /// [`Readiness::PRIORITY`](crate::Readiness::PRIORITY). A TCP read stops short at the
+    /// urgent mark with data behind it, so a TCP stream takes a short read for a drained queue
+    /// (see [`reports_read_closed`](Reactor::reports_read_closed)) only where this says
+    /// `true` and the bit is clear. The default, `false`, keeps the extra call for TCP.
+    fn reports_urgent_data(&self) -> bool {
+        false
+    }
 }
 
 /// Completion: the kernel runs an operation on the caller's buffers and reports when it is done.

@@ -165,7 +165,8 @@ impl PipeReader {
                 buf,
                 offset: None,
             },
-            |buf| raw_read(fd, buf),
+            // A pipe's read stops short only at the end of what is buffered.
+            |buf| Ok((raw_read(fd, buf)?, true)),
         )
     }
 }

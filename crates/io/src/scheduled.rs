@@ -95,6 +95,11 @@ impl Readiness {
     pub const WRITE_CLOSED: Readiness = Readiness(8);
     /// An error is pending on the source (`EPOLLERR`): the next call reports it.
     pub const ERROR: Readiness = Readiness(16);
+    /// Urgent (out-of-band) TCP data came (`EPOLLPRI`; `EV_OOBAND` on Apple's kqueue). No wait
+    /// ends on it: it tells a stream read that returned less than it asked for that it may
+    /// have stopped at the urgent mark with data behind it, not at the end of the queue. Set
+    /// for the rest of the registration's life once reported.
+    pub const PRIORITY: Readiness = Readiness(32);
 
     /// The union.
     #[must_use]
@@ -121,12 +126,13 @@ impl Readiness {
 
 impl fmt::Debug for Readiness {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const NAMES: [&str; 5] = [
+        const NAMES: [&str; 6] = [
             "READABLE",
             "WRITABLE",
             "READ_CLOSED",
             "WRITE_CLOSED",
             "ERROR",
+            "PRIORITY",
         ];
         let mut list = f.debug_set();
         for (i, name) in NAMES.iter().enumerate() {

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::driver::{Driver, Op, OpKind, Proactor, RawSource, Reactor};
-use crate::scheduled::{Interest, ScheduledIo};
+use crate::scheduled::{Interest, Readiness, ScheduledIo};
 
 /// One registration of a source with a reactor.
 struct Registration {
@@ -55,9 +55,12 @@ pub(crate) struct Evented {
     /// The driver whose proactor knows this source (its address; 0: none).
     proactor: AtomicUsize,
     /// The registration (its `ScheduledIo`, owned by `regs`; null: none) whose reactor
-    /// reports half-closes apart ([`Reactor::reports_read_closed`]), so that a short stream
-    /// read may clear its read readiness. Compared by address only.
+    /// reports half-closes apart ([`Reactor::reports_read_closed`]) — and urgent data, for a
+    /// source that can carry it — so that a short stream read may clear its read readiness.
+    /// Compared by address only.
     drains_io: AtomicPtr<ScheduledIo>,
+    /// A TCP stream: its reads stop short at the urgent mark (see [`Readiness::PRIORITY`]).
+    carries_urgent_data: bool,
 }
 
 const NO_TIMEOUT: u64 = u64::MAX;
@@ -88,6 +91,15 @@ impl Direction {
 
 impl Evented {
     pub(crate) fn new(fd: RawSource) -> Evented {
+        Evented::with_urgent_data(fd, false)
+    }
+
+    /// A TCP stream's: its reads stop short at the urgent mark.
+    pub(crate) fn for_tcp_stream(fd: RawSource) -> Evented {
+        Evented::with_urgent_data(fd, true)
+    }
+
+    fn with_urgent_data(fd: RawSource, carries_urgent_data: bool) -> Evented {
         Evented {
             fd,
             current: AtomicPtr::new(ptr::null_mut()),
@@ -97,6 +109,7 @@ impl Evented {
             write_timeout: AtomicU64::new(NO_TIMEOUT),
             proactor: AtomicUsize::new(0),
             drains_io: AtomicPtr::new(ptr::null_mut()),
+            carries_urgent_data,
         }
     }
 
@@ -287,7 +300,9 @@ impl Evented {
             return Ok(unsafe { &*reg });
         }
         let io = current.register(self.fd)?;
-        if current.reports_read_closed() {
+        if current.reports_read_closed()
+            && (!self.carries_urgent_data || current.reports_urgent_data())
+        {
             self.drains_io
                 .store(Arc::as_ptr(&io).cast_mut(), Ordering::Relaxed);
         }
@@ -386,9 +401,9 @@ impl Evented {
         buf: &mut [u8],
         deadline: Option<Instant>,
         make: impl for<'b> FnOnce(RawSource, &'b mut [u8]) -> Op<'b>,
-        nb: impl FnMut(&mut [u8]) -> io::Result<usize>,
+        mut nb: impl FnMut(&mut [u8]) -> io::Result<usize>,
     ) -> io::Result<usize> {
-        self.read_op_with(kind, buf, deadline, make, nb, false)
+        self.read_op_with(kind, buf, deadline, make, |b| Ok((nb(b)?, true)), false)
     }
 
     /// A read of a byte stream (TCP, a Unix stream socket, a pipe): as
@@ -398,13 +413,19 @@ impl Evented {
     /// a call that would fail with `EWOULDBLOCK` — one system call less per message (tokio
     /// does the same on epoll and kqueue). Not for peeks or datagrams: there a short read
     /// leaves data queued.
+    ///
+    /// `nb` returns the count and whether a short count may mean the end of the queue: a Unix
+    /// socket's read also stops at a message that carried descriptors or credentials (then
+    /// `false`). A TCP read also stops at the urgent mark: a stream that can carry urgent data
+    /// ([`Evented::for_tcp_stream`]) clears only where its reactor reports it
+    /// ([`Readiness::PRIORITY`]), and not once any came.
     pub(crate) fn read_stream_op(
         &self,
         kind: OpKind,
         buf: &mut [u8],
         deadline: Option<Instant>,
         make: impl for<'b> FnOnce(RawSource, &'b mut [u8]) -> Op<'b>,
-        nb: impl FnMut(&mut [u8]) -> io::Result<usize>,
+        nb: impl FnMut(&mut [u8]) -> io::Result<(usize, bool)>,
     ) -> io::Result<usize> {
         self.read_op_with(kind, buf, deadline, make, nb, true)
     }
@@ -415,7 +436,7 @@ impl Evented {
         buf: &mut [u8],
         deadline: Option<Instant>,
         make: impl for<'b> FnOnce(RawSource, &'b mut [u8]) -> Op<'b>,
-        mut nb: impl FnMut(&mut [u8]) -> io::Result<usize>,
+        mut nb: impl FnMut(&mut [u8]) -> io::Result<(usize, bool)>,
         stream: bool,
     ) -> io::Result<usize> {
         if let Some(r) = self.completion(kind, |p, fd| {
@@ -437,17 +458,17 @@ impl Evented {
             let len = buf.len();
             self.readiness_stream_read(deadline, len, || nb(buf))
         } else {
-            self.readiness_op(Direction::Read, deadline, || nb(buf))
+            self.readiness_op(Direction::Read, deadline, || nb(buf).map(|(n, _)| n))
         }
     }
 
     /// The readiness path of [`read_stream_op`](Evented::read_stream_op): `op` reads at most
-    /// `len` bytes.
+    /// `len` bytes and says whether a short count may mean the end of the queue.
     fn readiness_stream_read(
         &self,
         deadline: Option<Instant>,
         len: usize,
-        mut op: impl FnMut() -> io::Result<usize>,
+        mut op: impl FnMut() -> io::Result<(usize, bool)>,
     ) -> io::Result<usize> {
         // Counted first, as in `readiness_op`.
         spindle_park::consume_budget();
@@ -474,19 +495,22 @@ impl Evented {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 done => {
-                    if let Ok(n) = done
+                    if let Ok((n, short_means_end)) = done
                         && n > 0
                         && n < len
+                        && short_means_end
                         && let Some((at, event)) = snapshot
+                        && !event.readiness.contains(Readiness::PRIORITY)
                         && ptr::eq(at, self.drains_io.load(Ordering::Relaxed))
                         && let Some(io) = self.current_io()
                         && ptr::eq(at, io)
                     {
                         // A short read: the queue is empty now. Cleared only if no event came
-                        // since the snapshot (the tick), so an arrival is never erased.
+                        // since the snapshot (the tick), so an arrival is never erased. (Urgent
+                        // data that came since moved the tick too.)
                         io.clear_drained(event);
                     }
-                    return done;
+                    return done.map(|(n, _)| n);
                 }
             }
             waited = true;

@@ -383,6 +383,29 @@ pub(crate) fn is_not_connected(e: &io::Error) -> bool {
 }
 
 /// A receive on `fd` into `buf` (peeking when `peek`), for a proactor.
+/// A read of a Unix stream socket (`recvmsg(2)` without room for ancillary data): the count,
+/// and whether a short count may mean the end of the queue. The kernel ends a read at a
+/// message that carried descriptors (`SCM_RIGHTS`, closed for want of room, as `read(2)`
+/// closes them) or, with `SO_PASSCRED`, at a change of writer; either sets `MSG_CTRUNC`, and
+/// then data may be queued behind the short count.
+pub(crate) fn recv_stream(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, bool)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: all-zero is a valid `msghdr` (null pointers, zero lengths).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    // SAFETY: `msg` points at one iovec over `buf`, valid and writable for its length for the
+    // call's duration; no name or control buffer.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((n as usize, msg.msg_flags & libc::MSG_CTRUNC == 0))
+}
+
 pub(crate) fn recv_op(fd: RawFd, buf: &mut [u8], peek: bool) -> crate::Op<'_> {
     crate::Op::Recv {
         fd,

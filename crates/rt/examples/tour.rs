@@ -19,8 +19,7 @@ pub mod echo;
 
 use std::collections::HashSet;
 use std::error::Error;
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::io::{self, Read, Write};
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
@@ -473,136 +472,156 @@ fn echo_load(connections: usize, time: Duration) -> Result<()> {
 
 // ---- 4. A blocking library in a coroutine ----
 
-/// Wraps a reader to count its `read` calls and those during which other coroutines ran
-/// (the read had to wait, and only its coroutine waited).
-struct Watched<R> {
-    inner: R,
-    ticks: Arc<AtomicU64>,
-    reads: u64,
-    waited: u64,
-    thread: ThreadId,
-    same_thread: bool,
-}
+#[cfg(unix)]
+use blocking_part::blocking_library;
 
-impl<R: Read> Read for Watched<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let before = self.ticks.load(Ordering::Relaxed);
-        let n = self.inner.read(buf)?;
-        self.reads += 1;
-        if self.ticks.load(Ordering::Relaxed) != before {
-            self.waited += 1;
-        }
-        self.same_thread &= std::thread::current().id() == self.thread;
-        Ok(n)
-    }
-}
-
-/// The "library": plain synchronous code over any `BufRead`, written for files and std's
-/// sockets. It parses `id,item,cents` lines and totals the cents.
-fn total_cents(input: impl BufRead) -> io::Result<(u64, u64)> {
-    let (mut records, mut cents) = (0, 0);
-    for line in input.lines() {
-        let line = line?;
-        let amount = line
-            .rsplit(',')
-            .next()
-            .and_then(|f| f.parse::<u64>().ok())
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, line.clone()))?;
-        records += 1;
-        cents += amount;
-    }
-    Ok((records, cents))
-}
-
-fn blocking_library(lines: usize) -> Result<()> {
-    heading(
-        4,
-        "std::io::BufRead::lines (synchronous code, unchanged) over a spindle_io pipe",
-    );
-    // One worker thread, so everything below shares it.
-    let rt = Runtime::builder().workers(1).build()?;
-    let start = Instant::now();
-    let report = rt.block_on(move || -> Result<_> {
-        let (reader, mut writer) = spindle_io::pipe()?;
-        let ticks = Arc::new(AtomicU64::new(0));
-        let done = Arc::new(AtomicBool::new(false));
-        // A ticker: proof that the thread is free while the parser waits.
-        let ticker = {
-            let (ticks, done) = (ticks.clone(), done.clone());
-            spindle_rt::spawn(move || {
-                while !done.load(Ordering::Relaxed) {
-                    ticks.fetch_add(1, Ordering::Relaxed);
-                    spindle_rt::sleep(Duration::from_micros(200));
-                }
-            })
-        };
-        // The producer writes in bursts with pauses, as a slow peer would.
-        let producer = spindle_rt::spawn(move || -> io::Result<u64> {
-            let mut sent = 0;
-            let mut burst = String::new();
-            for i in 0..lines {
-                let cents = (i as u64 * 7919) % 10_000;
-                sent += cents;
-                burst.push_str(&format!("{i},item-{},{cents}\n", i % 97));
-                if burst.len() > 16 * 1024 || i + 1 == lines {
-                    writer.write_all(burst.as_bytes())?;
-                    burst.clear();
-                    spindle_rt::sleep(Duration::from_millis(1));
-                }
-            }
-            Ok(sent) // dropping the writer ends the reader's input
-        });
-        let mut watched = Watched {
-            inner: reader,
-            ticks: ticks.clone(),
-            reads: 0,
-            waited: 0,
-            thread: std::thread::current().id(),
-            same_thread: true,
-        };
-        let (records, cents) = total_cents(BufReader::new(&mut watched))?;
-        done.store(true, Ordering::Relaxed);
-        let sent = join(producer)??;
-        join(ticker)?;
-        if cents != sent || records != lines as u64 {
-            return Err(
-                format!("parsed {records} records, {cents} cents; sent {lines}, {sent}").into(),
-            );
-        }
-        Ok((
-            records,
-            cents,
-            watched.reads,
-            watched.waited,
-            watched.same_thread,
-            ticks.load(Ordering::Relaxed),
-        ))
-    })?;
-    let (records, cents, reads, waited, same_thread, ticks) = report;
-    println!(
-        "  parsed {} records (total {}.{:02}) in {:.2} s with std's BufReader::lines",
-        thousands(records as f64),
-        thousands((cents / 100) as f64),
-        cents % 100,
-        start.elapsed().as_secs_f64()
-    );
-    println!(
-        "  {} read() calls from inside std's BufReader; {} of them waited for data, and \
-         meanwhile",
-        thousands(reads as f64),
-        thousands(waited as f64)
-    );
-    println!(
-        "  a ticker coroutine ran {} times on the same worker thread{} — only the coroutine \
-         blocked, not the thread",
-        thousands(ticks as f64),
-        if same_thread {
-            ""
-        } else {
-            " (the parser moved threads!)"
-        }
-    );
+/// Part 4 reads a `spindle_io` pipe, which is Unix-only.
+#[cfg(not(unix))]
+fn blocking_library(_lines: usize) -> Result<()> {
+    heading(4, "a blocking library over a spindle_io pipe");
+    println!("  skipped: spindle_io's pipes are Unix-only");
     Ok(())
+}
+
+#[cfg(unix)]
+mod blocking_part {
+    use std::io::{BufRead, BufReader};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    use super::*;
+
+    /// Wraps a reader to count its `read` calls and those during which other coroutines ran
+    /// (the read had to wait, and only its coroutine waited).
+    struct Watched<R> {
+        inner: R,
+        ticks: Arc<AtomicU64>,
+        reads: u64,
+        waited: u64,
+        thread: ThreadId,
+        same_thread: bool,
+    }
+
+    impl<R: Read> Read for Watched<R> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let before = self.ticks.load(Ordering::Relaxed);
+            let n = self.inner.read(buf)?;
+            self.reads += 1;
+            if self.ticks.load(Ordering::Relaxed) != before {
+                self.waited += 1;
+            }
+            self.same_thread &= std::thread::current().id() == self.thread;
+            Ok(n)
+        }
+    }
+
+    /// The "library": plain synchronous code over any `BufRead`, written for files and std's
+    /// sockets. It parses `id,item,cents` lines and totals the cents.
+    fn total_cents(input: impl BufRead) -> io::Result<(u64, u64)> {
+        let (mut records, mut cents) = (0, 0);
+        for line in input.lines() {
+            let line = line?;
+            let amount = line
+                .rsplit(',')
+                .next()
+                .and_then(|f| f.parse::<u64>().ok())
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, line.clone()))?;
+            records += 1;
+            cents += amount;
+        }
+        Ok((records, cents))
+    }
+
+    pub(super) fn blocking_library(lines: usize) -> Result<()> {
+        heading(
+            4,
+            "std::io::BufRead::lines (synchronous code, unchanged) over a spindle_io pipe",
+        );
+        // One worker thread, so everything below shares it.
+        let rt = Runtime::builder().workers(1).build()?;
+        let start = Instant::now();
+        let report = rt.block_on(move || -> Result<_> {
+            let (reader, mut writer) = spindle_io::pipe()?;
+            let ticks = Arc::new(AtomicU64::new(0));
+            let done = Arc::new(AtomicBool::new(false));
+            // A ticker: proof that the thread is free while the parser waits.
+            let ticker = {
+                let (ticks, done) = (ticks.clone(), done.clone());
+                spindle_rt::spawn(move || {
+                    while !done.load(Ordering::Relaxed) {
+                        ticks.fetch_add(1, Ordering::Relaxed);
+                        spindle_rt::sleep(Duration::from_micros(200));
+                    }
+                })
+            };
+            // The producer writes in bursts with pauses, as a slow peer would.
+            let producer = spindle_rt::spawn(move || -> io::Result<u64> {
+                let mut sent = 0;
+                let mut burst = String::new();
+                for i in 0..lines {
+                    let cents = (i as u64 * 7919) % 10_000;
+                    sent += cents;
+                    burst.push_str(&format!("{i},item-{},{cents}\n", i % 97));
+                    if burst.len() > 16 * 1024 || i + 1 == lines {
+                        writer.write_all(burst.as_bytes())?;
+                        burst.clear();
+                        spindle_rt::sleep(Duration::from_millis(1));
+                    }
+                }
+                Ok(sent) // dropping the writer ends the reader's input
+            });
+            let mut watched = Watched {
+                inner: reader,
+                ticks: ticks.clone(),
+                reads: 0,
+                waited: 0,
+                thread: std::thread::current().id(),
+                same_thread: true,
+            };
+            let (records, cents) = total_cents(BufReader::new(&mut watched))?;
+            done.store(true, Ordering::Relaxed);
+            let sent = join(producer)??;
+            join(ticker)?;
+            if cents != sent || records != lines as u64 {
+                return Err(format!(
+                    "parsed {records} records, {cents} cents; sent {lines}, {sent}"
+                )
+                .into());
+            }
+            Ok((
+                records,
+                cents,
+                watched.reads,
+                watched.waited,
+                watched.same_thread,
+                ticks.load(Ordering::Relaxed),
+            ))
+        })?;
+        let (records, cents, reads, waited, same_thread, ticks) = report;
+        println!(
+            "  parsed {} records (total {}.{:02}) in {:.2} s with std's BufReader::lines",
+            thousands(records as f64),
+            thousands((cents / 100) as f64),
+            cents % 100,
+            start.elapsed().as_secs_f64()
+        );
+        println!(
+            "  {} read() calls from inside std's BufReader; {} of them waited for data, and \
+             meanwhile",
+            thousands(reads as f64),
+            thousands(waited as f64)
+        );
+        println!(
+            "  a ticker coroutine ran {} times on the same worker thread{} — only the coroutine \
+             blocked, not the thread",
+            thousands(ticks as f64),
+            if same_thread {
+                ""
+            } else {
+                " (the parser moved threads!)"
+            }
+        );
+        Ok(())
+    }
 }
 
 #[allow(dead_code)] // `main` is unused when a test includes this file as a module

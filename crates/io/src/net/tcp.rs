@@ -417,7 +417,7 @@ impl TcpStream {
 
     fn from_nonblocking(inner: std::net::TcpStream) -> TcpStream {
         TcpStream {
-            ev: Evented::new(sys::raw(&inner)),
+            ev: Evented::for_tcp_stream(sys::raw(&inner)),
             inner,
         }
     }
@@ -589,7 +589,7 @@ impl TcpStream {
             buf,
             deadline,
             |fd, buf| sys::recv_op(fd, buf, false),
-            |buf| (&self.inner).read(buf),
+            |buf| Ok(((&self.inner).read(buf)?, true)),
         )
     }
 

@@ -207,11 +207,13 @@ impl UnixStream {
                     return Ok(stream);
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
-                    // The listener's backlog is full: nothing to wait on but time.
-                    let wake = Instant::now() + pause;
-                    if deadline.is_some_and(|d| wake >= d) {
+                    // The listener's backlog is full: nothing to wait on but time. The last
+                    // pause ends at the deadline, for one more try there.
+                    let now = Instant::now();
+                    if deadline.is_some_and(|d| now >= d) {
                         return Err(io::Error::from(io::ErrorKind::TimedOut));
                     }
+                    let wake = deadline.map_or(now + pause, |d| d.min(now + pause));
                     while spindle_park::park_until(wake) == spindle_park::Wake::Woken {}
                     pause = (pause * 2).min(Duration::from_millis(50));
                 }
@@ -345,7 +347,7 @@ impl UnixStream {
             buf,
             deadline,
             |fd, buf| Op::Recv { fd, buf, flags: 0 },
-            |buf| (&self.inner).read(buf),
+            |buf| sys::recv_stream(self.inner.as_raw_fd(), buf),
         )
     }
 
