@@ -170,29 +170,40 @@ pub fn legs() -> Vec<Leg> {
         ),
         Leg::custom(
             "loom",
-            "loom models of spindle-sched (policies, idle protocol) and spindle-sync (wait queues, \
-             hand-offs, select), 2 preemptions",
+            "loom models of spindle-sched (policies, idle protocol), spindle-sync (wait queues, \
+             hand-offs, select) and spindle-rt (a task's state word and join cell), 2 preemptions",
             || {
                 // In `<target>/loom`, so that the loom build does not replace the normal one.
                 let target = target_dir()?;
                 // `--tests`: rustdoc would build the doctests without `--cfg loom`.
-                proc::run(
-                    cargo()
-                        // Overflow checks on in this release build: a count that wraps
-                        // (a lock's reader count) fails the model instead of passing silently.
-                        .env("RUSTFLAGS", "--cfg loom -C overflow-checks=on")
+                let loom_cargo = || {
+                    let mut c = cargo();
+                    // Overflow checks on in this release build: a count that wraps
+                    // (a lock's reader count) fails the model instead of passing silently.
+                    c.env("RUSTFLAGS", "--cfg loom -C overflow-checks=on")
                         .env("LOOM_MAX_PREEMPTIONS", "2")
-                        .env("CARGO_TARGET_DIR", target.join("loom"))
-                        .args([
-                            "test",
-                            "-p",
-                            "spindle-sched",
-                            "-p",
-                            "spindle-sync",
-                            "--release",
-                            "--tests",
-                        ]),
-                )
+                        .env("CARGO_TARGET_DIR", target.join("loom"));
+                    c
+                };
+                proc::run(loom_cargo().args([
+                    "test",
+                    "-p",
+                    "spindle-sched",
+                    "-p",
+                    "spindle-sync",
+                    "--release",
+                    "--tests",
+                ]))?;
+                // spindle-rt's model only: its other tests run runtimes, which the loom build
+                // of spindle-sync (its channels on loom's atomics) cannot serve outside a model.
+                proc::run(loom_cargo().args([
+                    "test",
+                    "-p",
+                    "spindle-rt",
+                    "--release",
+                    "--test",
+                    "loom_task",
+                ]))
             },
         ),
     ];

@@ -118,9 +118,11 @@ impl<T: Send + 'static> JoinHandle<T> {
     ///
     /// If a coroutine joins its own handle (that would never return), or if the handle was
     /// already awaited to `Ready` as a future (through `&mut`: the result was handed out).
-    // Inlined with only the park in it (the rest is out of line): the park's switch then sits
-    // one frame below the caller (see `coop::yield_now` on mispredicted returns).
-    #[inline]
+    // Inlined, so that the park's switch sits one frame below the caller (see
+    // `coop::yield_now` on mispredicted returns). Always: once the join cell's protocol moved
+    // to `join_cell.rs` the compiler stopped inlining it on its own (callgrind: +13 to +22
+    // instructions per `ping_pong` message, whichever part it left out of line).
+    #[inline(always)]
     pub fn join(self) -> Result<T, JoinError> {
         self.refuse_own();
         // Counted before the result is taken: the yield this may make is a cancellation point.
@@ -160,6 +162,7 @@ impl<T: Send + 'static> JoinHandle<T> {
     ///
     /// Panics if the result was already taken (the handle was awaited to `Ready` through
     /// `&mut`): nothing would ever wake the caller.
+    #[inline]
     fn take_or_register(&self) -> Option<Result<T, JoinError>> {
         // (A waker already there may be a future's, from an earlier poll: replaced.)
         match self.take_or_wait(|_| false, spindle_park::waker)? {
@@ -172,22 +175,15 @@ impl<T: Send + 'static> JoinHandle<T> {
     }
 
     /// The result if the coroutine has finished (`Some(None)`: it was taken already); else
-    /// makes the caller's waker the one its finish wakes (`current`, `make`: see
-    /// `JoinCell::register`) and returns `None`.
+    /// makes the caller's waker the one its finish wakes and returns `None` (see
+    /// `JoinCell::take_or_wait`).
     fn take_or_wait(
         &self,
         current: impl FnOnce(&Waker) -> bool,
         make: impl FnOnce() -> Waker,
     ) -> Option<Option<Result<T, Failure>>> {
-        let (header, cell) = (self.task.header(), self.task.join());
-        if let Some(taken) = cell.with_result(header, Option::take) {
-            return Some(taken);
-        }
-        if cell.register(header, State::JOIN_WAITER, current, make) {
-            return None;
-        }
-        // Finished meanwhile, before it could see the flag: nobody will wake us.
-        Some(cell.with_result(header, Option::take).flatten())
+        let state = &self.task.header().state;
+        self.task.join().take_or_wait(state, current, make)
     }
 
     /// Whether the coroutine has finished (its result waits for `join`).
@@ -266,17 +262,11 @@ impl<T> Drop for JoinHandle<T> {
             // alone, which is what a detached spawn of `()` costs.
             return;
         }
-        let (header, cell) = (self.task.header(), self.task.join());
-        let waiter = cell.unregister(header, State::JOIN_WAITER);
-        // Not finished yet: `finish` drops the value — unless it finished before it could see
-        // the flag, and then it is ours to drop after all.
-        let finished = header.is_complete() || header.set_join_flag(State::DETACHED);
-        let output = if finished {
-            cell.with_result(header, |result| result.take_if(|r| r.is_ok()))
-                .flatten()
-        } else {
-            None
-        };
+        let state = &self.task.header().state;
+        let (waiter, output) = self
+            .task
+            .join()
+            .detach(state, |result| result.take_if(|r| r.is_ok()));
         // Outside the lock: the value's destructor may do anything.
         drop(waiter);
         drop(output);

@@ -178,7 +178,7 @@ where
     // handle's holder (the body, a child) has finished.
     let tasks = std::mem::take(&mut *lock(&scope.children.tasks));
     let child_panic = tasks.iter().find_map(|task| {
-        let panic = task.join().with_result(task.header(), |result| {
+        let panic = task.join().with_result(&task.header().state, |result| {
             result.take_if(|r| matches!(r, Err(Failure::Panicked(_))))
         })?;
         match panic {
@@ -208,7 +208,7 @@ fn wait_done<T>(task: &TypedTask<T>, children: Option<&Children>) {
         }
         if task.header().is_complete()
             || !task.join().register(
-                task.header(),
+                &task.header().state,
                 State::SCOPE_WAITER,
                 |_| false,
                 spindle_park::waker,

@@ -4,7 +4,7 @@ use std::cell::{Cell, UnsafeCell};
 use std::fmt;
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize};
 
 use spindle_coro::SendCoroutine;
 use spindle_sched::Reason;
@@ -401,7 +401,7 @@ where
         kind => StackPlan::AtFirstRun(kind),
     };
     let header = Header {
-        state: AtomicU32::new(crate::task::State::ACTIVE),
+        state: crate::state::TaskState::new_active(),
         id: next_task_id(),
         name: builder.name,
         // Like every coroutine, a shared-stack one may start on any worker (before its first

@@ -2,47 +2,10 @@
 //!
 //! # The state word
 //!
-//! Every task has one atomic word of flags ([`State`]). It decides who may touch the coroutine
-//! and whether a wake-up must schedule the task:
-//!
-//! | flags | meaning |
-//! |---|---|
-//! | none ("idle") | parked: in no queue, not running; only a wake-up or its timer brings it back |
-//! | `ACTIVE` | scheduled: in a run queue, being pushed to one, or running — one party (a queue or the worker running it) holds the task |
-//! | `NOTIFIED` | the wake-up permit of `spindle_park` (set by the waker, consumed by `park`) |
-//! | `CANCELLED` | `JoinHandle::cancel` was called |
-//! | `COMPLETE` | the coroutine finished; the result is in the join cell |
-//! | `FIRED` | its timer moved the parked task out of idle (cleared by the resumed park) |
-//! | `JOIN_WAITER` | the handle's waker waits in the join cell (see [`JoinCell`]) |
-//! | `SCOPE_WAITER` | the scope's waker waits in the join cell |
-//! | `DETACHED` | the `JoinHandle` of a result with drop glue was dropped first |
-//! | bits 8–31 | the park generation: the low 24 bits of the park number (`park_seq`) of the park that last published the task idle |
-//!
-//! Transitions (compare-and-swap loops):
-//! * **wake** (the task's `Waker`, any thread): if idle, set `ACTIVE` and push the task to the
-//!   policy — no permit: being resumed is the parked task's wake-up, so it need not clear one
-//!   (a read-modify-write) — else set `NOTIFIED`, the permit its next park takes.
-//! * **timer fire** (the worker that owns the timer): if idle *in the timer's park* (the park
-//!   generation matches), set `ACTIVE` and `FIRED` and push (no permit): the resumed park reads
-//!   `FIRED` and reports the time-out. The generation is checked in the same CAS: a check of
-//!   the park number before it (alone, as it was) let a migratable task that was woken, moved
-//!   and parked again on another worker in between take the old timer's fire as its new
-//!   park's time-out.
-//! * **cancel**: like wake, plus `CANCELLED`.
-//! * **pop**, **yield** (back to a queue): no change. Queued and running are one state: a
-//!   task is pushed only by whoever moved it out of idle (one CAS decides) or by the worker
-//!   that runs it (a yield, a spawn), so it is in at most one queue or on one worker at a time,
-//!   and only the worker that popped it touches its coroutine. (It was two flags, with a CAS
-//!   on every pop and two per yield to move between them; nothing read the difference.)
-//! * **suspended** (the worker, on its own stack, after the coroutine switched back): `ACTIVE`
-//!   → idle, with the park's generation — unless `NOTIFIED` or `CANCELLED` arrived while it
-//!   ran, then it stays `ACTIVE` and is pushed again. This is invariant 1, *suspend, then
-//!   publish*: a task becomes idle — the state in which a waker schedules it — only after its
-//!   context is saved, so no worker can resume a coroutine that is still running. A wake-up
-//!   that comes earlier finds `ACTIVE` and leaves the permit, which the worker sees here.
-//! * **finished**: → `COMPLETE`, after the result was written to the join cell; the old
-//!   state says whether anything else is to be done (`JOIN_WAITER`, `SCOPE_WAITER`,
-//!   `DETACHED`: see [`JoinCell`]).
+//! Every task has one atomic word of flags, and every transition of it is in
+//! [`crate::state`] (its module docs have the table and the transitions; `tests/loom_task.rs`
+//! checks them under loom). [`Header`]'s methods below call those with the task's park number
+//! and cancel guards.
 //!
 //! **The idle state holds a reference.** The worker that publishes a task idle keeps the
 //! reference it popped the task with in the idle state instead of dropping it, and whoever moves
@@ -56,7 +19,7 @@ use std::any::Any;
 use std::cell::{Cell, UnsafeCell};
 use std::fmt;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{RawWaker, RawWakerVTable, Waker};
 use std::time::Instant;
@@ -71,36 +34,9 @@ use crate::runtime::Shared;
 use crate::runtime::StackKind;
 use crate::spawn::TaskStack;
 
-/// The flags of the state word (see the module docs).
-pub(crate) struct State;
-
-impl State {
-    pub(crate) const ACTIVE: u32 = 1;
-    /// The scope's waker waits in the join cell (see [`JoinCell`]).
-    pub(crate) const SCOPE_WAITER: u32 = 1 << 1;
-    pub(crate) const NOTIFIED: u32 = 1 << 2;
-    pub(crate) const CANCELLED: u32 = 1 << 3;
-    pub(crate) const COMPLETE: u32 = 1 << 4;
-    /// The parked task's timer moved it out of idle (its deadline passed); cleared by the
-    /// resumed park.
-    pub(crate) const FIRED: u32 = 1 << 5;
-    /// The handle's waker waits in the join cell (see [`JoinCell`]).
-    pub(crate) const JOIN_WAITER: u32 = 1 << 6;
-    /// The handle of a result with drop glue was dropped before the task finished (see
-    /// [`JoinCell`]).
-    pub(crate) const DETACHED: u32 = 1 << 7;
-    /// The park generation's bits (see the module docs).
-    pub(crate) const PARK_GEN: u32 = !0 << Self::PARK_GEN_SHIFT;
-    const PARK_GEN_SHIFT: u32 = 8;
-
-    /// Park number `seq` as a park generation (its low 24 bits, in place).
-    #[inline]
-    pub(crate) fn park_gen(seq: u64) -> u32 {
-        // Truncation intended: two parks 2^24 apart share a generation, and a timer entry is
-        // also checked against the whole number first (`Header::timer_fired`).
-        (seq as u32) << Self::PARK_GEN_SHIFT
-    }
-}
+use crate::join_cell::JoinCell;
+pub(crate) use crate::state::State;
+use crate::state::{Resumed, TaskState};
 
 /// Why a coroutine switched back to its worker.
 #[derive(Clone, Copy, Debug)]
@@ -133,7 +69,7 @@ pub(crate) struct CancelUnwind;
 /// follow.
 #[repr(C)]
 pub(crate) struct Header {
-    pub(crate) state: AtomicU32,
+    pub(crate) state: TaskState,
     /// Depth of `CancelGuard`s held by the running coroutine: cancellation waits while > 0.
     pub(crate) no_cancel: Cell<u32>,
     /// The worker the task must run on (`NO_HOME`: any).
@@ -182,139 +118,64 @@ unsafe impl Sync for Header {}
 /// No home: the task may run on any worker.
 pub(crate) const NO_HOME: usize = usize::MAX;
 
-/// The timer of park number `seq` fires on state `s`: the new state if the task is idle in
-/// that park (not running, queued or finished, and published idle by that park), else `None`.
-fn fire_in_park(s: u32, seq: u64) -> Option<u32> {
-    let idle = s & (State::ACTIVE | State::COMPLETE) == 0;
-    let in_that_park = s & State::PARK_GEN == State::park_gen(seq);
-    (idle && in_that_park).then_some(s | State::ACTIVE | State::FIRED)
-}
-
 impl Header {
     #[inline]
     pub(crate) fn load(&self) -> u32 {
-        self.state.load(Ordering::Acquire)
-    }
-
-    /// Moves the state with `f` until the CAS succeeds; returns (old, new).
-    fn update(&self, mut f: impl FnMut(u32) -> Option<u32>) -> Option<(u32, u32)> {
-        let mut current = self.state.load(Ordering::Acquire);
-        loop {
-            let next = f(current)?;
-            match self.state.compare_exchange_weak(
-                current,
-                next,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Some((current, next)),
-                Err(actual) => current = actual,
-            }
-        }
+        self.state.load()
     }
 
     /// Sets `extra` (NOTIFIED, CANCELLED) and, if the task is idle, ACTIVE. Returns true if the
-    /// caller must push the task.
-    ///
-    /// From idle it leaves no permit (`NOTIFIED`): the task is parked, and being resumed is its
-    /// wake-up (`worker::park_current`), so the resumed park need not clear a permit with a
-    /// read-modify-write. A task that is `ACTIVE` (running or queued) gets the permit, for its
-    /// next park.
+    /// caller must push the task (see [`TaskState::notify`]).
     pub(crate) fn notify(&self, extra: u32) -> bool {
-        self.update(|s| {
-            if s & State::COMPLETE != 0 {
-                return None;
-            }
-            let mut next = s | extra;
-            if s & State::ACTIVE == 0 {
-                // (Idle implies no permit: `park_done` publishes idle only without one.)
-                next = (next & !State::NOTIFIED) | State::ACTIVE;
-            }
-            (next != s).then_some(next)
-        })
-        .is_some_and(|(old, new)| old & State::ACTIVE == 0 && new & State::ACTIVE != 0)
+        self.state.notify(extra)
     }
 
     /// A timer fired for park number `seq`: schedules the task if it is still idle in that park.
     pub(crate) fn timer_fired(&self, seq: u64) -> bool {
-        // A quick filter; the CAS below decides (the task may park again after this load).
+        // A quick filter; the CAS decides (the task may park again after this load).
         if self.park_seq.load(Ordering::Acquire) != seq {
             return false;
         }
-        self.update(|s| fire_in_park(s, seq)).is_some()
+        self.state.fire(seq)
     }
 
-    /// A worker popped the task: false if it is already complete (a stale queue entry cannot
-    /// exist, but be defensive). No write: queued and running are one state (module docs).
+    /// A worker popped the task: false if it is already complete.
     pub(crate) fn start_running(&self) -> bool {
-        self.state.load(Ordering::Acquire) & State::COMPLETE == 0
+        self.state.start_running()
     }
 
-    /// After a park: `ACTIVE` → idle (with the park's generation), or stays `ACTIVE` if a
-    /// wake-up or a cancel came meanwhile. Returns true if the caller must push the task again.
-    /// Called by the worker the coroutine suspended to, on that thread (so it reads the park
-    /// number the coroutine wrote before suspending).
+    /// After a park: `ACTIVE` → idle, or stays `ACTIVE` if a wake-up or a cancel came
+    /// meanwhile (see [`TaskState::park_done`]). Returns true if the caller must push the task
+    /// again. Called by the worker the coroutine suspended to, on that thread (so it reads the
+    /// park number the coroutine wrote before suspending, and its cancel guards).
     pub(crate) fn park_done(&self) -> bool {
         let generation = State::park_gen(self.park_seq.load(Ordering::Relaxed));
-        // `update` gives up (None) when the closure does: the task stays ACTIVE, nothing written.
-        self.update(|s| {
-            // A cancel the coroutine defers (a `CancelGuard`) already woke it once (it sets
-            // NOTIFIED if it found it running); re-queueing for it on every park would spin.
-            let cancel_now = s & State::CANCELLED != 0 && self.no_cancel.get() == 0;
-            let stays = s & State::NOTIFIED != 0 || cancel_now;
-            (!stays).then_some((s & !State::ACTIVE & !State::PARK_GEN) | generation)
-        })
-        .is_none()
+        self.state.park_done(generation, self.no_cancel.get() != 0)
     }
 
     /// → `COMPLETE`; returns the state before.
     pub(crate) fn complete(&self) -> u32 {
-        self.update(|s| Some((s & !State::ACTIVE) | State::COMPLETE))
-            .map_or(State::COMPLETE, |(old, _)| old)
+        self.state.complete()
     }
 
     /// Whether the task has finished (its result is in the join cell, or was taken).
     #[inline]
     pub(crate) fn is_complete(&self) -> bool {
-        self.load() & State::COMPLETE != 0
+        self.state.is_complete()
     }
 
-    /// Sets `flag` (`JOIN_WAITER`, `SCOPE_WAITER`, `DETACHED`); returns whether the task was
-    /// complete before, in which case `finish` has not seen the flag (see [`JoinCell`]).
-    pub(crate) fn set_join_flag(&self, flag: u32) -> bool {
-        self.state.fetch_or(flag, Ordering::AcqRel) & State::COMPLETE != 0
-    }
-
-    /// Clears `flag` (`JOIN_WAITER`, `SCOPE_WAITER`) unless the task is complete; returns
-    /// whether it did (see [`JoinCell`]).
-    fn clear_join_flag(&self, flag: u32) -> bool {
-        self.update(|s| (s & State::COMPLETE == 0).then_some(s & !flag))
-            .is_some()
-    }
-
-    /// What resumed a parked task (the task itself, right after the resume): its timer
-    /// (`TimedOut`, unless a wake-up came too) or a wake-up. Clears the timer's mark and the
-    /// permit; in the usual case — a wake-up moved it out of idle, leaving neither — with a
-    /// load alone.
+    /// What resumed a parked task (the task itself, right after the resume): its timer or a
+    /// wake-up (see [`TaskState::resumed`]).
     pub(crate) fn resumed(&self) -> spindle_park::Wake {
-        if self.state.load(Ordering::Acquire) & (State::FIRED | State::NOTIFIED) == 0 {
-            return spindle_park::Wake::Woken;
-        }
-        let old = self
-            .state
-            .fetch_and(!(State::FIRED | State::NOTIFIED), Ordering::AcqRel);
-        if old & State::FIRED != 0 && old & State::NOTIFIED == 0 {
-            spindle_park::Wake::TimedOut
-        } else {
-            spindle_park::Wake::Woken
+        match self.state.resumed() {
+            Resumed::Woken => spindle_park::Wake::Woken,
+            Resumed::TimedOut => spindle_park::Wake::TimedOut,
         }
     }
 
-    /// Consumes the permit, if set. Looks first: a park usually finds none, and then costs no
-    /// read-modify-write (a permit set after the look is seen by `park_done`, which re-queues).
+    /// Consumes the permit, if set (see [`TaskState::take_permit`]).
     pub(crate) fn take_permit(&self) -> bool {
-        self.state.load(Ordering::Relaxed) & State::NOTIFIED != 0
-            && self.state.fetch_and(!State::NOTIFIED, Ordering::AcqRel) & State::NOTIFIED != 0
+        self.state.take_permit()
     }
 
     /// Holds cancellation off until the coroutine ends (the running coroutine, about to unwind
@@ -575,137 +436,6 @@ impl fmt::Debug for TaskRef {
     }
 }
 
-/// The result of a task, shared with its `JoinHandle`, and who waits for it.
-///
-/// **The result.** Before `COMPLETE` only the finishing task touches it: it writes the result
-/// once, then sets `COMPLETE` (release). From `COMPLETE` on, everyone else does, under `lock`,
-/// after seeing `COMPLETE` (acquire) — the handle takes the value, a scope a child's panic,
-/// `finish` a detached handle's unwanted value ([`with_result`](Self::with_result)).
-///
-/// **The wakers.** Two fields, each with one owner besides `finish` and a flag in the state
-/// word that says which of the two may touch it: `waiter` (the handle's; `JOIN_WAITER`) and
-/// `scope_waiter` (the scope that spawned the task; `SCOPE_WAITER` — a sibling may join the
-/// handle meanwhile, and one shared field made the later waiter replace the earlier, which
-/// never woke). While the flag is clear the owner alone uses the field; it stores its waker,
-/// then sets the flag ([`register`](Self::register)), and from then on leaves the field alone
-/// unless it clears the flag again with a compare-and-swap that fails once `COMPLETE` is set.
-/// `finish` sets `COMPLETE` and learns from the state it replaced which flags were set: those
-/// fields are its own from then on, and it takes their wakers without a lock. An owner whose
-/// flag lands after `COMPLETE` (the `fetch_or` returns a state with `COMPLETE`) knows `finish`
-/// did not see it: the field is still its own, and the task finished, so it takes the result
-/// instead of parking. `DETACHED` (the handle of a result with drop glue dropped) works the
-/// same way for the value, which `finish` then drops at once.
-///
-/// So a finish nobody waits for takes no lock and a waited-for one none either; a join that
-/// waits costs its flag and the lock that takes the result. (It was one lock around all of it,
-/// which every finish took and a waiting join took twice: three atomic operations where a
-/// waited-for finish and its join now take two, and one where an unwaited finish takes none.)
-pub(crate) struct JoinCell<T> {
-    /// Guards `result` once the task is complete.
-    lock: spindle_park::spin::SpinLock<()>,
-    result: UnsafeCell<Option<Result<T, Failure>>>,
-    waiter: UnsafeCell<Option<Waker>>,
-    scope_waiter: UnsafeCell<Option<Waker>>,
-}
-
-// SAFETY: `result` is written by the finishing task before `COMPLETE` and touched by anyone
-// else only after it, under `lock`; each waker field is touched by its owner while its flag is
-// clear and by `finish` once it saw the flag set when it completed the task, which ends the
-// owner's use (see above): never by two threads at once. Values and wakers move between
-// threads that way, so `T: Send` (the task's bounds) is needed; wakers are `Send + Sync`.
-unsafe impl<T: Send> Sync for JoinCell<T> {}
-
-impl<T> JoinCell<T> {
-    fn new() -> Self {
-        JoinCell {
-            lock: spindle_park::spin::SpinLock::new(()),
-            result: UnsafeCell::new(None),
-            waiter: UnsafeCell::new(None),
-            scope_waiter: UnsafeCell::new(None),
-        }
-    }
-
-    /// Runs `f` on the result (`None` in it once taken) under the lock, if the task is
-    /// complete; `None` if it is not. `header` is this task's.
-    pub(crate) fn with_result<R>(
-        &self,
-        header: &Header,
-        f: impl FnOnce(&mut Option<Result<T, Failure>>) -> R,
-    ) -> Option<R> {
-        if !header.is_complete() {
-            return None;
-        }
-        let _locked = self.lock.lock();
-        // SAFETY: `COMPLETE` is set (acquire: the finisher's write is visible and it touches
-        // `result` no more except under the lock) and we hold the lock, which everyone else
-        // takes to touch it.
-        Some(f(unsafe { &mut *self.result.get() }))
-    }
-
-    /// The waker field governed by `flag`.
-    fn field(&self, flag: u32) -> &UnsafeCell<Option<Waker>> {
-        if flag == State::SCOPE_WAITER {
-            &self.scope_waiter
-        } else {
-            &self.waiter
-        }
-    }
-
-    /// Makes the caller's waker the one `finish` wakes, in the field of `flag` (`JOIN_WAITER`:
-    /// called by the task's handle only; `SCOPE_WAITER`: by its scope only): the waker there
-    /// if `current` says it is the caller's already, else one made by `make`. Returns false if
-    /// the task has completed and `finish` will not wake it: the caller must not park, the
-    /// result is there. `header` is this task's.
-    pub(crate) fn register(
-        &self,
-        header: &Header,
-        flag: u32,
-        current: impl FnOnce(&Waker) -> bool,
-        make: impl FnOnce() -> Waker,
-    ) -> bool {
-        if header.load() & flag != 0 && !header.clear_join_flag(flag) {
-            // Complete with our flag set: `finish` owns the field (it wakes our old waker).
-            return false;
-        }
-        // SAFETY: the flag is clear, so `finish` does not touch the field (it only takes a
-        // field whose flag it saw when it completed the task, and the flag was clear before our
-        // `fetch_or` below); the caller is the field's one owner.
-        let slot = unsafe { &mut *self.field(flag).get() };
-        if !slot.as_ref().is_some_and(current) {
-            *slot = Some(make());
-        }
-        if header.set_join_flag(flag) {
-            // Completed before the flag: `finish` did not see it and will never touch the
-            // field, which is still ours.
-            drop(slot.take());
-            return false;
-        }
-        true
-    }
-
-    /// Takes back the waker in the field of `flag` (its owner, for good: a dropped handle),
-    /// unless `finish` owns it now.
-    pub(crate) fn unregister(&self, header: &Header, flag: u32) -> Option<Waker> {
-        if header.load() & flag != 0 && !header.clear_join_flag(flag) {
-            return None;
-        }
-        // SAFETY: the flag is clear (as in `register`), and the caller is the field's owner.
-        unsafe { (*self.field(flag).get()).take() }
-    }
-
-    /// `finish`'s side: takes the waker of a field whose flag was set in `before`, the state
-    /// that `COMPLETE` replaced.
-    fn take_flagged(&self, before: u32, flag: u32) -> Option<Waker> {
-        if before & flag == 0 {
-            return None;
-        }
-        // SAFETY: the flag was set when `COMPLETE` was (the compare-and-swap read it, acquire:
-        // the owner's store of the waker is visible), and an owner leaves a flagged field alone
-        // once it cannot clear the flag, which it cannot after `COMPLETE`: the field is ours.
-        unsafe { (*self.field(flag).get()).take() }
-    }
-}
-
 /// A task's coroutine on a guarded stack of its own.
 pub(crate) type OwnCoroutine<T> = SendCoroutine<(), Suspend, Result<T, Failure>, TaskStack>;
 
@@ -755,7 +485,7 @@ unsafe impl<C> Send for ThreadBound<C> {}
 #[repr(C)]
 pub(crate) struct TaskPrefix<T> {
     pub(crate) header: Header,
-    pub(crate) join: JoinCell<T>,
+    pub(crate) join: JoinCell<Result<T, Failure>>,
 }
 
 /// A task with result type `T` running closure `F`. `repr(C)`, the prefix first (and the
@@ -916,9 +646,8 @@ where
 impl<T> TaskPrefix<T> {
     /// Publishes the outcome and wakes the joiner.
     fn finish(&self, outcome: Result<T, Failure>) {
-        // SAFETY: the task is not `COMPLETE` yet (we are finishing it, once), so nobody else
-        // touches the result (`JoinCell`).
-        unsafe { *self.join.result.get() = Some(outcome) };
+        // SAFETY: the task is not `COMPLETE` yet, and we are finishing it, once.
+        unsafe { self.join.put(outcome) };
         // Leave the registry first, so that whoever finds the result sees the task gone.
         let key = self.header.registry_key.load(Ordering::Relaxed);
         let shared = self.header.shared();
@@ -933,23 +662,24 @@ impl<T> TaskPrefix<T> {
     }
 
     /// The rest of [`finish`](Self::finish) when the state it replaced (`before`) says a waker
-    /// waits or the handle was dropped (`JoinCell`).
+    /// waits or the handle was dropped (`join_cell`).
     #[cold]
     #[inline(never)]
     fn finish_flagged(&self, before: u32) {
-        let waiter = self.join.take_flagged(before, State::JOIN_WAITER);
-        let scope_waiter = self.join.take_flagged(before, State::SCOPE_WAITER);
         // (`DETACHED` is only ever set for a `T` with drop glue: see `JoinHandle`'s drop; the
-        // check compiles away for the others.) A failure stays: a scope reads a detached
-        // child's panic.
-        let unwanted = if std::mem::needs_drop::<T>() && before & State::DETACHED != 0 {
-            self.join
-                .with_result(&self.header, |result| result.take_if(|r| r.is_ok()))
-                .flatten()
+        // check compiles away for the others.)
+        let before = if std::mem::needs_drop::<T>() {
+            before
         } else {
-            None
+            before & !State::DETACHED
         };
-        if let Some(value) = unwanted {
+        // A failure stays: a scope reads a detached child's panic.
+        let after = self
+            .join
+            .after_complete(&self.header.state, before, |result| {
+                result.take_if(|r| r.is_ok())
+            });
+        if let Some(value) = after.unwanted {
             // The value of a detached coroutine, dropped now: left in the task until its last
             // reference went, a value that held the coroutine's own waker (a channel's kept
             // packet) kept the task, and so itself, alive for good. This runs on the worker's
@@ -962,10 +692,10 @@ impl<T> TaskPrefix<T> {
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(value)));
             });
         }
-        if let Some(w) = waiter {
+        if let Some(w) = after.waiter {
             w.wake();
         }
-        if let Some(w) = scope_waiter {
+        if let Some(w) = after.scope_waiter {
             w.wake();
         }
     }
@@ -976,7 +706,7 @@ impl<T> TaskPrefix<T> {
 pub(crate) struct TypedTask<T> {
     task: TaskRef,
     /// Send and Sync as a shared join cell of `T` would be (the task itself is).
-    _result: std::marker::PhantomData<Arc<JoinCell<T>>>,
+    _result: std::marker::PhantomData<Arc<JoinCell<Result<T, Failure>>>>,
 }
 
 impl<T> Clone for TypedTask<T> {
@@ -993,7 +723,7 @@ impl<T> TypedTask<T> {
         self.task.header()
     }
 
-    pub(crate) fn join(&self) -> &JoinCell<T> {
+    pub(crate) fn join(&self) -> &JoinCell<Result<T, Failure>> {
         // SAFETY: the task is a `TaskCell<T, F>` for this `T` (see the type's docs), which
         // starts with a `TaskPrefix<T>` (`repr(C)`), alive while `self` is.
         unsafe { &self.task.0.cast::<TaskPrefix<T>>().as_ref().join }
@@ -1111,53 +841,4 @@ where
         _result: std::marker::PhantomData,
     };
     (task, typed)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The state a task has while idle in park number `seq` (as `park_done` publishes it).
-    fn idle_in(seq: u64) -> u32 {
-        State::park_gen(seq)
-    }
-
-    #[test]
-    fn a_timer_fires_only_on_a_task_idle_in_the_timers_park() {
-        assert_eq!(
-            fire_in_park(idle_in(7), 7),
-            Some(idle_in(7) | State::ACTIVE | State::FIRED)
-        );
-        // The race the generation closes: park 7's timer checked the park number, then the
-        // (migratable) task was woken, moved to another worker and parked there again (park 8)
-        // before the timer's CAS.
-        assert_eq!(fire_in_park(idle_in(8), 7), None);
-        // Woken (queued or running), or finished: nothing to fire.
-        assert_eq!(fire_in_park(idle_in(7) | State::ACTIVE, 7), None);
-        assert_eq!(fire_in_park(idle_in(7) | State::COMPLETE, 7), None);
-    }
-
-    #[test]
-    fn the_park_generation_keeps_off_the_flags_and_wraps_at_2_pow_24() {
-        let each = [
-            State::ACTIVE,
-            State::NOTIFIED,
-            State::CANCELLED,
-            State::COMPLETE,
-            State::FIRED,
-            State::SCOPE_WAITER,
-            State::JOIN_WAITER,
-            State::DETACHED,
-        ];
-        let flags = each.iter().fold(0, |all, flag| {
-            assert_eq!(all & flag, 0, "flag {flag:#x} shares a bit");
-            all | flag
-        });
-        assert_eq!(State::PARK_GEN & flags, 0);
-        for seq in [0, 1, 7, (1 << 24) - 1, 1 << 24, u64::MAX] {
-            assert_eq!(State::park_gen(seq) & !State::PARK_GEN, 0, "park {seq}");
-        }
-        assert_eq!(State::park_gen(1 << 24), State::park_gen(0));
-        assert_ne!(State::park_gen((1 << 24) - 1), State::park_gen(0));
-    }
 }
