@@ -79,15 +79,28 @@ impl<T> WorkerQueue<T> {
     fn with_local<R>(&self, f: impl FnOnce(&mut Ring<T>) -> R) -> Option<R> {
         let mut local = self.local.try_borrow()?;
         Some(local.with(|local| {
-            self.inbox.take_all_into(local);
+            self.absorb_inbox(local);
             let r = f(local);
             self.local_len.store(local.len(), Ordering::Release);
             r
         }))
     }
 
+    /// Moves the inbox behind the private queue `local` (the owner, holding it). While the
+    /// tasks move, neither half may look empty to another thread's `is_empty`: `local_len`
+    /// counts them first (at least one) — its store comes before the inbox's store of its
+    /// emptiness, which `is_empty` reads first — and the caller stores the exact length after.
+    #[inline]
+    fn absorb_inbox(&self, local: &mut Ring<T>) {
+        if !self.inbox.is_empty() {
+            self.local_len.store(local.len() + 1, Ordering::Release);
+            self.inbox.take_all_into(local);
+        }
+    }
+
+    /// Whether the queue looks empty; from any thread (see `absorb_inbox` for the order).
     fn is_empty(&self) -> bool {
-        self.local_len.load(Ordering::Acquire) == 0 && self.inbox.is_empty()
+        self.inbox.is_empty() && self.local_len.load(Ordering::Acquire) == 0
     }
 }
 
@@ -145,7 +158,7 @@ impl<T: Task> Policy<T> for RoundRobin<T> {
             && let Some(mut local) = queue.local.try_borrow()
         {
             local.with(|local| {
-                queue.inbox.take_all_into(local);
+                queue.absorb_inbox(local);
                 local.push_back(task);
                 queue.local_len.store(local.len(), Ordering::Release);
             });
@@ -186,7 +199,7 @@ impl<T: Task> Policy<T> for RoundRobin<T> {
             return push_then_pop(self, w, task);
         };
         let next = local.with(|local| {
-            queue.inbox.take_all_into(local);
+            queue.absorb_inbox(local);
             let next = local.push_pop(task);
             queue.local_len.store(local.len(), Ordering::Release);
             next

@@ -174,3 +174,53 @@ fn work_stealing_run_next_put_take_against_thief() {
         check_exactly_once(2, &popped, &policy.drain());
     });
 }
+
+/// `has_work(w)` asked from another thread while worker `w` moves its inbox behind its private
+/// queue (here: on a push of its own) never reads `false`: a task pushed before the call and
+/// not popped since must count, even halfway between the two halves (`Policy::has_work`).
+fn has_work_from_another_thread_during_an_inbox_move<P: Policy<Job>>(make: fn() -> P) {
+    model(move || {
+        let policy = Arc::new(make());
+        // A foreign push: into worker 0's inbox (or, for a policy without inboxes, its queue).
+        policy.push(
+            None,
+            Job {
+                id: 0,
+                home: Some(0),
+            },
+            Reason::Woken,
+        );
+        let owner = {
+            let policy = policy.clone();
+            thread::spawn(move || {
+                // (Policies without private queues do not bind.)
+                let bound = policy.bind_worker(0);
+                policy.push(Some(0), Job { id: 1, home: None }, Reason::Yielded);
+                if bound {
+                    policy.unbind_worker(0);
+                }
+            })
+        };
+        assert!(
+            policy.has_work(0),
+            "two tasks queued, none popped, and no work seen"
+        );
+        owner.join().unwrap();
+        check_exactly_once(2, &[], &policy.drain());
+    });
+}
+
+#[test]
+fn round_robin_has_work_from_another_thread_during_an_inbox_move() {
+    has_work_from_another_thread_during_an_inbox_move(|| RoundRobin::new(1).unwrap());
+}
+
+#[test]
+fn work_stealing_has_work_from_another_thread_during_an_inbox_move() {
+    has_work_from_another_thread_during_an_inbox_move(|| WorkStealing::new(1).unwrap());
+}
+
+#[test]
+fn fifo_has_work_from_another_thread_during_an_inbox_move() {
+    has_work_from_another_thread_during_an_inbox_move(|| Fifo::new(1).unwrap());
+}
