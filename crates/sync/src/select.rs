@@ -145,8 +145,8 @@ impl<T> Arm for RecvArm<'_, T> {
     fn complete_abandoned(&mut self) {
         if let Some(slot) = self.slot.take() {
             // SAFETY: as in `complete`.
-            if let Some(msg) = unsafe { slot.take() } {
-                self.chan.requeue(msg);
+            if let Some((msg, handover)) = unsafe { slot.take_handed() } {
+                self.chan.requeue(msg, handover);
                 self.chan.handoff_taken();
             }
         }

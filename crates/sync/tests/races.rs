@@ -492,6 +492,59 @@ fn recv_future_dropped_after_handoff_keeps_message() {
     }
 }
 
+/// Messages handed to waiting receivers that all give them back (their futures dropped right
+/// after the hand-over, in any order) come back in the order they were sent, ahead of what was
+/// sent after them: one sender's messages stay in its order. (Each used to go back to the
+/// front of the buffer, so two given back in the order they were handed over came out
+/// reversed.)
+#[test]
+fn messages_given_back_by_several_receivers_keep_their_order() {
+    // Every order of giving back for three receivers, on every kind of channel.
+    let orders = [
+        [0, 1, 2],
+        [0, 2, 1],
+        [1, 0, 2],
+        [1, 2, 0],
+        [2, 0, 1],
+        [2, 1, 0],
+    ];
+    for cap in [None, Some(0), Some(1), Some(4)] {
+        for order in orders {
+            let (tx, rx) = match cap {
+                None => mpmc::unbounded::<u32>(),
+                Some(cap) => mpmc::bounded::<u32>(cap),
+            };
+            let mut futs: Vec<_> = (0..3).map(|_| Box::pin(rx.recv_async())).collect();
+            for f in &mut futs {
+                assert!(poll_once(f).is_pending());
+            }
+            // Handed over, one to each waiting receiver, in the order they waited.
+            for m in 0..3 {
+                tx.try_send(m).unwrap();
+            }
+            // Sent after: buffered behind (an unbounded or roomy channel), else it waits.
+            let late = cap.is_none_or(|c| c > 0).then(|| tx.try_send(3).unwrap());
+            let mut futs: Vec<_> = futs.into_iter().map(Some).collect();
+            for i in order {
+                drop(futs[i].take());
+            }
+            let mut got = Vec::new();
+            while let Ok(m) = rx.try_recv() {
+                got.push(m);
+            }
+            let want: Vec<u32> = if late.is_some() {
+                vec![0, 1, 2, 3]
+            } else {
+                vec![0, 1, 2]
+            };
+            assert_eq!(
+                got, want,
+                "capacity {cap:?}, given back in the order {order:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn send_future_dropped_racing_receive_no_dup_no_block() {
     for cap in [0usize, 1] {

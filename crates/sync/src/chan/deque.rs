@@ -56,6 +56,16 @@ impl<T> SmallDeque<T> {
         }
     }
 
+    /// Inserts `value` at `index` (0 is the front; at most the length).
+    pub(crate) fn insert(&mut self, index: usize, value: T) {
+        if index == 0 || self.first.is_none() {
+            self.push_front(value);
+        } else {
+            let rest = self.rest.get_or_insert_with(VecDeque::new);
+            rest.insert((index - 1).min(rest.len()), value);
+        }
+    }
+
     #[inline]
     pub(crate) fn pop_front(&mut self) -> Option<T> {
         // `replace`/`take` rather than an assignment to `first`: an assignment drops the old
@@ -121,6 +131,8 @@ mod tests {
         PushFront(u8),
         PopFront,
         Remove(usize),
+        /// At an index up to the length (taken modulo the length plus one).
+        Insert(usize, u8),
         DrainAll,
     }
 
@@ -130,6 +142,7 @@ mod tests {
             1 => any::<u8>().prop_map(Op::PushFront),
             3 => Just(Op::PopFront),
             1 => (0usize..6).prop_map(Op::Remove),
+            2 => (any::<usize>(), any::<u8>()).prop_map(|(i, v)| Op::Insert(i, v)),
             1 => Just(Op::DrainAll),
         ]
     }
@@ -146,6 +159,11 @@ mod tests {
                     Op::PushFront(v) => { ours.push_front(v); model.push_front(v); }
                     Op::PopFront => prop_assert_eq!(ours.pop_front(), model.pop_front()),
                     Op::Remove(i) => prop_assert_eq!(ours.remove(i), model.remove(i)),
+                    Op::Insert(i, v) => {
+                        let i = i % (model.len() + 1);
+                        ours.insert(i, v);
+                        model.insert(i, v);
+                    }
                     Op::DrainAll => {
                         let got: Vec<_> = ours.drain_all().collect();
                         let want: Vec<_> = model.drain(..).collect();

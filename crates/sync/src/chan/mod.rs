@@ -55,7 +55,12 @@ use error::{RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvErr
 
 /// A message slot of a waiting operation. Access rules: see the module docs (the owner before
 /// registering or after completion/abort; a claiming peer between claim and publish).
-pub(crate) struct Slot<T>(DataCell<Option<T>>);
+pub(crate) struct Slot<T> {
+    value: DataCell<Option<T>>,
+    /// The hand-over number of a message handed to a waiting receiver (see
+    /// [`Chan::requeue`]), written with it.
+    handover: DataCell<u64>,
+}
 
 // SAFETY: the slot is used by one thread at a time (the protocol above orders the accesses
 // through the waiter's state word and the channel lock); it moves a `T` between threads.
@@ -65,7 +70,10 @@ unsafe impl<T: Send> Send for Slot<T> {}
 
 impl<T> Slot<T> {
     pub(crate) fn new(value: Option<T>) -> Slot<T> {
-        Slot(DataCell::new(value))
+        Slot {
+            value: DataCell::new(value),
+            handover: DataCell::new(0),
+        }
     }
 
     pub(crate) fn new_arc(value: Option<T>) -> Arc<Slot<T>> {
@@ -77,7 +85,7 @@ impl<T> Slot<T> {
     /// The caller may access the slot now (see the module docs).
     pub(crate) unsafe fn take(&self) -> Option<T> {
         // SAFETY: exclusive access, per the caller.
-        unsafe { (*self.0.ptr()).take() }
+        unsafe { (*self.value.ptr()).take() }
     }
 
     /// # Safety
@@ -85,7 +93,33 @@ impl<T> Slot<T> {
     /// As [`take`](Self::take).
     pub(crate) unsafe fn put(&self, value: T) {
         // SAFETY: exclusive access, per the caller.
-        unsafe { *self.0.ptr() = Some(value) }
+        unsafe { *self.value.ptr() = Some(value) }
+    }
+
+    /// Puts a message handed over to a waiting receiver, with its hand-over number.
+    ///
+    /// # Safety
+    ///
+    /// As [`take`](Self::take).
+    unsafe fn put_handed(&self, value: T, handover: u64) {
+        // SAFETY: exclusive access, per the caller.
+        unsafe {
+            *self.value.ptr() = Some(value);
+            *self.handover.ptr() = handover;
+        }
+    }
+
+    /// Takes a message handed over to this (receiving) slot, with its hand-over number.
+    ///
+    /// # Safety
+    ///
+    /// As [`take`](Self::take).
+    pub(crate) unsafe fn take_handed(&self) -> Option<(T, u64)> {
+        // SAFETY: exclusive access, per the caller.
+        unsafe {
+            let value = (*self.value.ptr()).take()?;
+            Some((value, *self.handover.ptr_shared()))
+        }
     }
 }
 
@@ -164,6 +198,12 @@ impl<T> Entry<T> {
 
 struct State<T> {
     buf: SmallDeque<T>,
+    /// The hand-over numbers of the messages at the front of `buf` that receivers put back
+    /// ([`Chan::requeue`]), in `buf`'s order (ascending): one per such message, popped with it.
+    requeued: SmallDeque<u64>,
+    /// The next hand-over number: messages handed to waiting receivers are numbered in the
+    /// order they were sent, so that those put back go back in that order.
+    next_handover: u64,
     senders: SmallDeque<Entry<T>>,
     receivers: SmallDeque<Entry<T>>,
     /// Every sender is gone.
@@ -236,6 +276,8 @@ impl<T> Chan<T> {
         Arc::new(Chan {
             state: StdMutex::new(State {
                 buf: SmallDeque::new(),
+                requeued: SmallDeque::new(),
+                next_handover: 0,
                 senders: SmallDeque::new(),
                 receivers: SmallDeque::new(),
                 tx_gone: false,
@@ -328,8 +370,10 @@ impl<T> Chan<T> {
         }
         while let Some(entry) = st.receivers.pop_front() {
             if entry.claim() {
+                let handover = st.next_handover;
+                st.next_handover += 1;
                 // SAFETY: we claimed the waiter: its slot is ours until we publish.
-                unsafe { entry.slot().put(msg) };
+                unsafe { entry.slot().put_handed(msg, handover) };
                 self.handed_over();
                 return Ok(AfterUnlock::complete(entry));
             }
@@ -345,6 +389,10 @@ impl<T> Chan<T> {
     /// Receives without waiting, with the lock held.
     fn try_recv_locked(&self, st: &mut State<T>) -> Result<(T, AfterUnlock<T>), TryRecvError> {
         if let Some(msg) = st.buf.pop_front() {
+            // (A message put back had a number: it goes with it.)
+            if !st.requeued.is_empty() {
+                st.requeued.pop_front();
+            }
             // Room now: move the first waiting sender's message in. (A zero-capacity channel
             // has a buffer only for messages put back by cancelled receivers: it has no room,
             // and its senders wait for a receiver.)
@@ -714,8 +762,8 @@ impl<T> Chan<T> {
         if !self.unregister_recv(cx) {
             cx.completed_after_abort_failed();
             // SAFETY: completed: the slot is ours.
-            if let Some(msg) = unsafe { slot.take() } {
-                self.requeue(msg);
+            if let Some((msg, handover)) = unsafe { slot.take_handed() } {
+                self.requeue(msg, handover);
                 self.handoff_taken();
             }
         }
@@ -783,11 +831,17 @@ impl<T> Chan<T> {
     }
 
     /// Puts back a message a receiver was handed but cannot take (its coroutine was cancelled
-    /// in the same instant): to a waiting receiver, or at the front of the buffer (over the
-    /// capacity if need be), so it is not lost. Dropped if every receiver is gone. The caller
-    /// then calls [`handoff_taken`](Self::handoff_taken) for the hand-over it gives back
-    /// (after this: a hand-over made here counts before that one stops counting).
-    pub(crate) fn requeue(&self, msg: T) {
+    /// in the same instant), with its hand-over number: to a waiting receiver, or into the
+    /// buffer (over the capacity if need be), so it is not lost. Dropped if every receiver is
+    /// gone. The caller then calls [`handoff_taken`](Self::handoff_taken) for the hand-over it
+    /// gives back (after this: a hand-over made here counts before that one stops counting).
+    ///
+    /// Into the buffer it goes ahead of every message there — those were sent after it: a
+    /// receiver waits only while the buffer is empty — except others put back with smaller
+    /// numbers, which were sent before it. (A plain `push_front` put two messages given back
+    /// in the order they were handed over, by receivers cancelled one after the other, in the
+    /// wrong order.)
+    pub(crate) fn requeue(&self, msg: T, handover: u64) {
         let mut st = self.lock();
         if st.rx_gone {
             drop(st);
@@ -799,14 +853,16 @@ impl<T> Chan<T> {
         while let Some(entry) = st.receivers.pop_front() {
             if entry.claim() {
                 // SAFETY: claimed: the slot is ours until we publish.
-                unsafe { entry.slot().put(msg.take().expect("once")) };
+                unsafe { entry.slot().put_handed(msg.take().expect("once"), handover) };
                 self.handed_over();
                 after = AfterUnlock::complete(entry);
                 break;
             }
         }
         if let Some(msg) = msg {
-            st.buf.push_front(msg);
+            let at = st.requeued.iter().take_while(|&&n| n < handover).count();
+            st.requeued.insert(at, handover);
+            st.buf.insert(at, msg);
         }
         drop(st);
         after.run();
@@ -872,6 +928,7 @@ impl<T> Chan<T> {
                 return; // the usual case: nothing buffered, nobody waits
             }
             let woken = st.senders.drain_all().filter(|e| e.claim()).collect();
+            st.requeued = SmallDeque::new();
             (std::mem::take(&mut st.buf), woken)
         };
         for entry in woken {
