@@ -746,16 +746,35 @@ fn mutex_handoff_racing_timeouts_and_cancels_keeps_exclusion() {
     );
 }
 
+/// Counts a holder of the lock (`writers` or `readers`) until dropped — also when its
+/// coroutine unwinds from a cancel inside the critical section (`yield_now` is a cancellation
+/// point). Declared after the guard, so it is dropped first, while the lock is still held.
+struct Holding<'a>(&'a AtomicUsize);
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 #[test]
 fn rwlock_exclusion_under_timeouts_cancels_and_dropped_futures() {
     let rt = rt();
     let l = Arc::new(RwLock::new(()));
     let writers = Arc::new(AtomicUsize::new(0));
     let readers = Arc::new(AtomicUsize::new(0));
-    let check_w = |w: &AtomicUsize, r: &AtomicUsize| {
+    fn writing<'a>(w: &'a AtomicUsize, r: &AtomicUsize) -> Holding<'a> {
         assert_eq!(w.fetch_add(1, Ordering::SeqCst), 0, "two writers");
+        let holding = Holding(w);
         assert_eq!(r.load(Ordering::SeqCst), 0, "writer with readers");
-    };
+        holding
+    }
+    fn reading<'a>(w: &AtomicUsize, r: &'a AtomicUsize) -> Holding<'a> {
+        r.fetch_add(1, Ordering::SeqCst);
+        let holding = Holding(r);
+        assert_eq!(w.load(Ordering::SeqCst), 0, "reader with a writer");
+        holding
+    }
     let mut hs = Vec::new();
     for k in 0..6u64 {
         let (l, w, r) = (l.clone(), writers.clone(), readers.clone());
@@ -764,31 +783,24 @@ fn rwlock_exclusion_under_timeouts_cancels_and_dropped_futures() {
                 let tmo = us((k * 31 + j * 17) % 60);
                 match (k + j) % 5 {
                     0 | 1 => {
-                        if let Some(g) = l.try_write_for(tmo) {
-                            check_w(&w, &r);
+                        if let Some(_g) = l.try_write_for(tmo) {
+                            let _holding = writing(&w, &r);
                             spindle_rt::yield_now();
-                            w.fetch_sub(1, Ordering::SeqCst);
-                            drop(g);
                         }
                     }
                     2 => {
                         // A future polled once and dropped (maybe after a grant).
                         let mut f = Box::pin(l.write_async());
-                        if let Poll::Ready(g) = poll_once(&mut f) {
-                            check_w(&w, &r);
-                            w.fetch_sub(1, Ordering::SeqCst);
-                            drop(g);
+                        if let Poll::Ready(_g) = poll_once(&mut f) {
+                            let _holding = writing(&w, &r);
                         }
                         spindle_rt::yield_now();
                         drop(f);
                     }
                     _ => {
-                        if let Some(g) = l.try_read_for(tmo) {
-                            r.fetch_add(1, Ordering::SeqCst);
-                            assert_eq!(w.load(Ordering::SeqCst), 0, "reader with a writer");
+                        if let Some(_g) = l.try_read_for(tmo) {
+                            let _holding = reading(&w, &r);
                             spindle_rt::yield_now();
-                            r.fetch_sub(1, Ordering::SeqCst);
-                            drop(g);
                         }
                     }
                 }
