@@ -379,6 +379,31 @@ fn oneshot_send_wakes_a_blocked_receiver() {
 }
 
 #[test]
+fn oneshot_receiver_dropped_with_a_forgotten_registration_races_send() {
+    // A receive future polled once and forgotten leaves its registration in the list, so the
+    // send takes the list under the lock and leaves only with its unlocking store, while the
+    // receiver is dropped: every interleaving must end with one free and no deadlock. (The
+    // receiver's drop frees at once only once the sender's share is gone. Loom does not see a
+    // use of the freed allocation, so a drop that freed at `TX_CLOSED`, before the sender's
+    // unlocking store, passes here too: that order is argued in `Receiver`'s drop.)
+    model(
+        "oneshot_receiver_dropped_with_a_forgotten_registration_races_send",
+        || {
+            use std::future::Future;
+            let (s, r) = spindle_sync::oneshot::channel::<i32>();
+            let mut fut = Box::pin(r.recv_async());
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            assert!(fut.as_mut().poll(&mut cx).is_pending());
+            std::mem::forget(fut);
+            let t = thread::spawn(move || s.send(7));
+            drop(r);
+            // Either the send came first, or it found the receiver gone.
+            let _ = t.join().unwrap();
+        },
+    );
+}
+
+#[test]
 fn oneshot_sender_drop_wakes_a_blocked_receiver() {
     model("oneshot_sender_drop_wakes_a_blocked_receiver", || {
         let (s, r) = spindle_sync::oneshot::channel::<i32>();
