@@ -6,7 +6,7 @@
 //! [`Leg::cargo`] for a plain `cargo ...` command or [`Leg::custom`] with a function.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
 use crate::json::{self, Json};
@@ -354,9 +354,28 @@ pub fn test_windows_wine(packages_: &[&str], build_dir: Option<PathBuf>) -> Resu
         return Err(format!("{} printed no Wine executable", setup.display()));
     }
     let prefix = dir.join("prefix");
-    let mut cmd = cargo();
-    if let Some(build_dir) = build_dir {
-        cmd.env("CARGO_TARGET_DIR", build_dir);
+    let cargo_in_build_dir = || {
+        let mut c = cargo();
+        if let Some(build_dir) = &build_dir {
+            c.env("CARGO_TARGET_DIR", build_dir);
+        }
+        c
+    };
+    let mut build = cargo_in_build_dir();
+    let messages = proc::run_stdout(
+        build
+            .args([
+                "test",
+                "--no-run",
+                "--message-format=json-render-diagnostics",
+                "--target",
+                TARGET,
+            ])
+            .args(packages(packages_)),
+    )?;
+    let bins = test_executables(&messages)?;
+    if bins.is_empty() {
+        return Err("`cargo test --no-run` built no test executable".into());
     }
     // One Wine server for the whole leg. Each test executable is a Wine process of its own,
     // and a server left to exit by itself (a few seconds after its last client) can be
@@ -370,15 +389,85 @@ pub fn test_windows_wine(packages_: &[&str], build_dir: Option<PathBuf>) -> Resu
             .status();
     };
     wineserver("-p");
-    let result = proc::run(
-        cmd.env("CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER", wine)
-            .env("WINEPREFIX", &prefix)
-            .env("WINEDEBUG", "-all")
-            .args(["test", "--target", TARGET])
-            .args(packages(packages_)),
-    );
+    let result = bins
+        .iter()
+        .try_for_each(|bin| run_under_wine(wine, &prefix, bin))
+        .and_then(|()| {
+            // The doctests, through cargo with Wine as the target's runner.
+            proc::run(
+                cargo_in_build_dir()
+                    .env("CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER", wine)
+                    .env("WINEPREFIX", &prefix)
+                    .env("WINEDEBUG", "-all")
+                    .args(["test", "--doc", "--target", TARGET])
+                    .args(packages(packages_)),
+            )
+        });
     wineserver("-k");
     result
+}
+
+/// Runs one windows-gnu test executable under Wine, in its package's directory (as `cargo
+/// test` does). If the process ends without its test harness having started (it prints
+/// `running N tests` first), Wine failed to start it — seen once in CI (session 15: an
+/// executable with no tests exited with status 1 before printing anything, and passed on the
+/// next three runs of the leg) — and it is run once more; a failure after the harness started
+/// is the tests' own and is never retried.
+fn run_under_wine(wine: &str, prefix: &Path, bin: &TestBin) -> Result<(), String> {
+    // Its output goes to a file, not a pipe: the Wine processes the first executable starts
+    // (services and devices of the prefix) inherit its descriptors and live as long as the
+    // server, so a pipe would never reach its end.
+    let out_path = prefix.with_file_name("test-output.txt");
+    for attempt in 1..=2 {
+        let out_file = std::fs::File::create(&out_path)
+            .map_err(|e| format!("cannot create {}: {e}", out_path.display()))?;
+        let mut cmd = Command::new(wine);
+        cmd.arg(&bin.exe)
+            .current_dir(&bin.package_dir)
+            .env("WINEPREFIX", prefix)
+            .env("WINEDEBUG", "-all")
+            .stdin(Stdio::null())
+            .stdout(out_file);
+        proc::announce(&cmd);
+        let status = cmd
+            .status()
+            .map_err(|e| format!("cannot run `{wine}`: {e}"))?;
+        let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
+        print!("{stdout}");
+        if status.success() {
+            return Ok(());
+        }
+        let harness_started = harness_started(&stdout);
+        if harness_started || attempt == 2 {
+            return Err(format!(
+                "`{}` failed under Wine ({}){}",
+                bin.exe.display(),
+                status,
+                if harness_started {
+                    ""
+                } else {
+                    ": twice before its test harness started"
+                }
+            ));
+        }
+        println!(
+            "note: `{}` exited ({}) before its test harness started: Wine did not start it; \
+             running it once more",
+            bin.exe.display(),
+            status
+        );
+    }
+    Err(format!("`{}` did not run under Wine", bin.exe.display()))
+}
+
+/// Whether a libtest executable's output shows its harness started (`running N tests` is
+/// its first line).
+fn harness_started(stdout: &str) -> bool {
+    stdout.lines().any(|l| {
+        l.strip_prefix("running ")
+            .and_then(|rest| rest.split(' ').next())
+            .is_some_and(|n| n.parse::<usize>().is_ok())
+    })
 }
 
 /// A test executable found in cargo's JSON messages.
@@ -710,6 +799,15 @@ mod tests {
         assert_eq!(names.len(), legs.len());
         assert!(matches("cross-*", "cross-x86_64-apple-darwin"));
         assert!(!matches("test", "test-boost"));
+    }
+
+    #[test]
+    fn a_harness_counts_as_started_once_it_printed_its_test_count() {
+        assert!(harness_started("\nrunning 3 tests\ntest a ... ok\n"));
+        assert!(harness_started("\nrunning 0 tests\n\ntest result: ok.\n"));
+        assert!(harness_started("\nrunning 1 test\n"));
+        assert!(!harness_started(""));
+        assert!(!harness_started("running late\n"));
     }
 
     #[test]
