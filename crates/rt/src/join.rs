@@ -263,10 +263,7 @@ impl<T> Drop for JoinHandle<T> {
             return;
         }
         let state = &self.task.header().state;
-        let (waiter, output) = self
-            .task
-            .join()
-            .detach(state, |result| result.take_if(|r| r.is_ok()));
+        let (waiter, output) = self.task.join().detach(state);
         // Outside the lock: the value's destructor may do anything.
         drop(waiter);
         drop(output);

@@ -34,12 +34,12 @@ use std::task::Waker;
 use crate::loom::{DataCell, Lock, lock};
 use crate::state::{State, TaskState};
 
-/// A task's join cell: its result (`R`: the task's `Result<T, Failure>`) and the wakers of
-/// those who wait for it. Every method takes the task's state word (`state`).
-pub(crate) struct JoinCell<R> {
+/// A task's join cell: its result (`Ok`: the value; `E`: the task's `Failure`) and the wakers
+/// of those who wait for it. Every method takes the task's state word (`state`).
+pub(crate) struct JoinCell<T, E> {
     /// Guards `result` once the task is complete.
     lock: Lock,
-    result: DataCell<Option<R>>,
+    result: DataCell<Option<Result<T, E>>>,
     waiter: DataCell<Option<Waker>>,
     scope_waiter: DataCell<Option<Waker>>,
 }
@@ -48,20 +48,26 @@ pub(crate) struct JoinCell<R> {
 // else only after it, under `lock`; each waker field is touched by its owner while its flag is
 // clear and by `finish` once it saw the flag set when it completed the task, which ends the
 // owner's use (module docs): never by two threads at once. Values and wakers move between
-// threads that way, so `R: Send` is needed; wakers are `Send + Sync`.
-unsafe impl<R: Send> Sync for JoinCell<R> {}
+// threads that way, so `T: Send` and `E: Send` are needed; wakers are `Send + Sync`.
+unsafe impl<T: Send, E: Send> Sync for JoinCell<T, E> {}
 
 /// What `finish` has left to do once it completed the task ([`JoinCell::after_complete`]).
-pub(crate) struct AfterComplete<X> {
+pub(crate) struct AfterComplete<T> {
     /// The handle's waker, to wake.
     pub(crate) waiter: Option<Waker>,
     /// The scope's waker, to wake.
     pub(crate) scope_waiter: Option<Waker>,
-    /// What a detached handle left unwanted, to drop.
-    pub(crate) unwanted: Option<X>,
+    /// The value a detached handle left unwanted, to drop.
+    pub(crate) unwanted: Option<T>,
 }
 
-impl<R> JoinCell<R> {
+/// The part of a result that a detached handle leaves unwanted: the value. A failure stays in
+/// the cell (a scope reads a detached child's panic).
+fn take_value<T, E>(result: &mut Option<Result<T, E>>) -> Option<T> {
+    result.take_if(|r| r.is_ok()).and_then(Result::ok)
+}
+
+impl<T, E> JoinCell<T, E> {
     pub(crate) fn new() -> Self {
         JoinCell {
             lock: Lock::new(()),
@@ -77,7 +83,7 @@ impl<R> JoinCell<R> {
     ///
     /// Called once, by the finishing task, before it completes `state` (the task's).
     #[inline]
-    pub(crate) unsafe fn put(&self, result: R) {
+    pub(crate) unsafe fn put(&self, result: Result<T, E>) {
         // SAFETY: not `COMPLETE` yet, so nobody else touches the result (module docs; the
         // caller's contract).
         self.result.with_mut(|r| unsafe { *r = Some(result) });
@@ -88,7 +94,7 @@ impl<R> JoinCell<R> {
     pub(crate) fn with_result<X>(
         &self,
         state: &TaskState,
-        f: impl FnOnce(&mut Option<R>) -> X,
+        f: impl FnOnce(&mut Option<Result<T, E>>) -> X,
     ) -> Option<X> {
         if !state.is_complete() {
             return None;
@@ -165,7 +171,7 @@ impl<R> JoinCell<R> {
         state: &TaskState,
         current: impl FnOnce(&Waker) -> bool,
         make: impl FnOnce() -> Waker,
-    ) -> Option<Option<R>> {
+    ) -> Option<Option<Result<T, E>>> {
         if let Some(taken) = self.with_result(state, Option::take) {
             return Some(taken);
         }
@@ -177,20 +183,16 @@ impl<R> JoinCell<R> {
     }
 
     /// The handle's side of a detach (its drop, for a result with drop glue): takes its waker
-    /// back, and either leaves the result to `finish` (`DETACHED`: it drops the unwanted part
-    /// at once) or, if the task finished first, returns what `unwanted` takes from it. The
-    /// caller drops both, after this returns (outside the lock).
-    pub(crate) fn detach<X>(
-        &self,
-        state: &TaskState,
-        unwanted: impl FnOnce(&mut Option<R>) -> Option<X>,
-    ) -> (Option<Waker>, Option<X>) {
+    /// back, and either leaves the value to `finish` (`DETACHED`: it drops it at once) or, if
+    /// the task finished first, returns it. The caller drops both, after this returns (outside
+    /// the lock). A failure stays in the cell either way.
+    pub(crate) fn detach(&self, state: &TaskState) -> (Option<Waker>, Option<T>) {
         let waiter = self.unregister(state, State::JOIN_WAITER);
         // Not finished yet: `finish` drops the value — unless it finished before it could see
         // the flag, and then it is ours to drop after all.
         let finished = state.is_complete() || state.set_join_flag(State::DETACHED);
         let value = if finished {
-            self.with_result(state, unwanted).flatten()
+            self.with_result(state, take_value).flatten()
         } else {
             None
         };
@@ -198,20 +200,15 @@ impl<R> JoinCell<R> {
     }
 
     /// `finish`'s side, once `state.complete()` returned `before` (the state it replaced): the
-    /// wakers of the fields whose flags were set, and, if the handle was detached, what
-    /// `unwanted` takes from the result.
+    /// wakers of the fields whose flags were set, and, if the handle was detached, the value
+    /// (a failure stays).
     #[inline]
-    pub(crate) fn after_complete<X>(
-        &self,
-        state: &TaskState,
-        before: u32,
-        unwanted: impl FnOnce(&mut Option<R>) -> Option<X>,
-    ) -> AfterComplete<X> {
+    pub(crate) fn after_complete(&self, state: &TaskState, before: u32) -> AfterComplete<T> {
         AfterComplete {
             waiter: self.take_flagged(before, State::JOIN_WAITER),
             scope_waiter: self.take_flagged(before, State::SCOPE_WAITER),
             unwanted: if before & State::DETACHED != 0 {
-                self.with_result(state, unwanted).flatten()
+                self.with_result(state, take_value).flatten()
             } else {
                 None
             },

@@ -485,7 +485,7 @@ unsafe impl<C> Send for ThreadBound<C> {}
 #[repr(C)]
 pub(crate) struct TaskPrefix<T> {
     pub(crate) header: Header,
-    pub(crate) join: JoinCell<Result<T, Failure>>,
+    pub(crate) join: JoinCell<T, Failure>,
 }
 
 /// A task with result type `T` running closure `F`. `repr(C)`, the prefix first (and the
@@ -673,12 +673,7 @@ impl<T> TaskPrefix<T> {
         } else {
             before & !State::DETACHED
         };
-        // A failure stays: a scope reads a detached child's panic.
-        let after = self
-            .join
-            .after_complete(&self.header.state, before, |result| {
-                result.take_if(|r| r.is_ok())
-            });
+        let after = self.join.after_complete(&self.header.state, before);
         if let Some(value) = after.unwanted {
             // The value of a detached coroutine, dropped now: left in the task until its last
             // reference went, a value that held the coroutine's own waker (a channel's kept
@@ -706,7 +701,7 @@ impl<T> TaskPrefix<T> {
 pub(crate) struct TypedTask<T> {
     task: TaskRef,
     /// Send and Sync as a shared join cell of `T` would be (the task itself is).
-    _result: std::marker::PhantomData<Arc<JoinCell<Result<T, Failure>>>>,
+    _result: std::marker::PhantomData<Arc<JoinCell<T, Failure>>>,
 }
 
 impl<T> Clone for TypedTask<T> {
@@ -723,7 +718,7 @@ impl<T> TypedTask<T> {
         self.task.header()
     }
 
-    pub(crate) fn join(&self) -> &JoinCell<Result<T, Failure>> {
+    pub(crate) fn join(&self) -> &JoinCell<T, Failure> {
         // SAFETY: the task is a `TaskCell<T, F>` for this `T` (see the type's docs), which
         // starts with a `TaskPrefix<T>` (`repr(C)`), alive while `self` is.
         unsafe { &self.task.0.cast::<TaskPrefix<T>>().as_ref().join }

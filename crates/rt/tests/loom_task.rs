@@ -120,7 +120,7 @@ type Outcome = Result<Value, &'static str>;
 /// The parts of a task the join protocol uses.
 struct Task {
     state: TaskState,
-    cell: JoinCell<Outcome>,
+    cell: JoinCell<Value, &'static str>,
 }
 
 impl Task {
@@ -137,9 +137,7 @@ impl Task {
         // SAFETY: this thread finishes the task, once, before it completes it.
         unsafe { self.cell.put(outcome) };
         let before = self.state.complete();
-        let after = self
-            .cell
-            .after_complete(&self.state, before, |result| result.take_if(|r| r.is_ok()));
+        let after = self.cell.after_complete(&self.state, before);
         drop(after.unwanted);
         if let Some(w) = after.waiter {
             w.wake();
@@ -184,10 +182,8 @@ impl Task {
 
     /// `JoinHandle`'s drop (a result with drop glue): the value it returns is the caller's to
     /// drop.
-    fn detach(&self) -> Option<Outcome> {
-        let (waiter, value) = self
-            .cell
-            .detach(&self.state, |result| result.take_if(|r| r.is_ok()));
+    fn detach(&self) -> Option<Value> {
+        let (waiter, value) = self.cell.detach(&self.state);
         drop(waiter);
         value
     }
@@ -320,11 +316,10 @@ fn a_future_dropped_after_it_registered_leaves_no_waker_and_no_value() {
             .cell
             .take_or_wait(&task.state, |_| false, || waker_of(&parker));
         // Ready at once, or pending and then dropped (the handle's drop detaches).
-        let taken = match first {
-            Some(taken) => taken,
-            None => task.detach(),
-        };
-        drop(taken);
+        match first {
+            Some(taken) => drop(taken),
+            None => drop(task.detach()),
+        }
         finisher.join().unwrap();
         assert_eq!(drops.load(Ordering::Relaxed), 1);
         // Every waker made for the registration is gone: only our own handle is left.
