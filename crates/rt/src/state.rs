@@ -47,6 +47,8 @@
 //! `tests/loom_task.rs` checks these transitions (and the join cell's protocol) under loom:
 //! this file is compiled there again, with loom's atomics behind `crate::loom`.
 
+use spindle_park::Wake;
+
 use crate::loom::{AtomicU32, Ordering};
 
 /// The flags of the state word (see the module docs).
@@ -78,14 +80,6 @@ impl State {
         // also checked against the whole number first (`Header::timer_fired`).
         (seq as u32) << Self::PARK_GEN_SHIFT
     }
-}
-
-/// What resumed a parked task: a wake-up, or its deadline (`spindle_park::Wake`'s two cases;
-/// that type is not used here so that the loom models need nothing but this file).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Resumed {
-    Woken,
-    TimedOut,
 }
 
 /// The timer of park number `seq` fires on state `s`: the new state if the task is idle in
@@ -204,17 +198,17 @@ impl TaskState {
     /// (`TimedOut`, unless a wake-up came too) or a wake-up. Clears the timer's mark and the
     /// permit; in the usual case — a wake-up moved it out of idle, leaving neither — with a
     /// load alone.
-    pub(crate) fn resumed(&self) -> Resumed {
+    pub(crate) fn resumed(&self) -> Wake {
         if self.0.load(Ordering::Acquire) & (State::FIRED | State::NOTIFIED) == 0 {
-            return Resumed::Woken;
+            return Wake::Woken;
         }
         let old = self
             .0
             .fetch_and(!(State::FIRED | State::NOTIFIED), Ordering::AcqRel);
         if old & State::FIRED != 0 && old & State::NOTIFIED == 0 {
-            Resumed::TimedOut
+            Wake::TimedOut
         } else {
-            Resumed::Woken
+            Wake::Woken
         }
     }
 

@@ -36,7 +36,7 @@ use crate::spawn::TaskStack;
 
 use crate::join_cell::JoinCell;
 pub(crate) use crate::state::State;
-use crate::state::{Resumed, TaskState};
+use crate::state::TaskState;
 
 /// Why a coroutine switched back to its worker.
 #[derive(Clone, Copy, Debug)]
@@ -167,10 +167,7 @@ impl Header {
     /// What resumed a parked task (the task itself, right after the resume): its timer or a
     /// wake-up (see [`TaskState::resumed`]).
     pub(crate) fn resumed(&self) -> spindle_park::Wake {
-        match self.state.resumed() {
-            Resumed::Woken => spindle_park::Wake::Woken,
-            Resumed::TimedOut => spindle_park::Wake::TimedOut,
-        }
+        self.state.resumed()
     }
 
     /// Consumes the permit, if set (see [`TaskState::take_permit`]).

@@ -50,7 +50,8 @@ use ::loom::sync::{Arc, Condvar, Mutex};
 use ::loom::thread;
 
 use join_cell::JoinCell;
-use state::{Resumed, State, TaskState};
+use spindle_park::Wake as Resumed;
+use state::{State, TaskState};
 
 /// Runs `f` under loom, bounding preemptions to 2 unless `LOOM_MAX_PREEMPTIONS` says
 /// otherwise.
