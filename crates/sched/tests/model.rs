@@ -210,6 +210,9 @@ struct WsModel {
     /// The order of the last task each worker popped from its own deque.
     last_own_deque: Vec<Option<usize>>,
     ticks: Vec<u32>,
+    /// Each queued task's own home (`Queued::home` is where the policy keeps it: with one
+    /// worker, that worker for every task).
+    job_homes: BTreeMap<usize, Option<usize>>,
     next_id: usize,
     next_order: usize,
 }
@@ -224,6 +227,7 @@ impl WsModel {
             pinned: vec![VecDeque::new(); n],
             last_own_deque: vec![None; n],
             ticks: vec![0; n],
+            job_homes: BTreeMap::new(),
             next_id: 0,
             next_order: 0,
         }
@@ -255,8 +259,11 @@ impl WsModel {
         let id = self.next_id;
         self.next_id += 1;
         let here = valid(here, n);
-        let home = reduce(home, n);
-        let notify = self.ws.push(here, Job { id, home }, reason);
+        let job_home = reduce(home, n);
+        self.job_homes.insert(id, job_home);
+        let notify = self.ws.push(here, Job { id, home: job_home }, reason);
+        // A single worker treats every task as pinned to it (no thieves).
+        let home = if n == 1 { Some(0) } else { job_home };
         let expected = match (home, here) {
             (Some(h), Some(w)) if h == w && reason != Reason::Yielded => {
                 self.put_in_run_next(w, id, home)
@@ -342,7 +349,7 @@ impl WsModel {
                 "task {id} popped twice or never pushed"
             )));
         };
-        prop_assert_eq!(popped.task.home, info.home);
+        prop_assert_eq!(Some(popped.task.home), self.job_homes.remove(&id));
         if let Some(h) = info.home {
             prop_assert_eq!(h, w, "task {} pinned to {} popped by {}", id, h, w);
         }
@@ -383,6 +390,7 @@ impl WsModel {
         let expected: Vec<usize> = self.queued.keys().copied().collect();
         check_drain(self.ws.drain(), expected)?;
         self.queued.clear();
+        self.job_homes.clear();
         self.run_next.iter_mut().for_each(|r| *r = None);
         self.pinned.iter_mut().for_each(VecDeque::clear);
         Ok(())
@@ -406,7 +414,8 @@ impl WsModel {
 /// A few fixed cases the properties should reach, spelled out.
 #[test]
 fn work_stealing_every_61st_pop_takes_from_the_injector() {
-    let ws = WorkStealing::new(1).unwrap();
+    // Two workers: with one, nothing goes to the injector (see the next test).
+    let ws = WorkStealing::new(2).unwrap();
     ws.push(
         None,
         Job {
@@ -440,6 +449,26 @@ fn work_stealing_every_61st_pop_takes_from_the_injector() {
     assert_eq!((p.task.id, p.inherit_slice), (1000, false), "61st pop");
     assert_eq!(ws.pop(0).unwrap().task.id, 60);
     assert_eq!(ws.stats(0).global_pops, 1);
+}
+
+/// One worker has no thieves: unpinned tasks are kept as pinned ones (foreign pushes in the
+/// inbox, not the injector; kicked and yielded ones in the private queue), in push order.
+#[test]
+fn work_stealing_with_one_worker_keeps_every_task_as_pinned() {
+    let ws = WorkStealing::new(1).unwrap();
+    let job = |id| Job { id, home: None };
+    // From another thread: the worker's inbox, and the worker is the one to wake.
+    assert_eq!(ws.push(None, job(0), Reason::Spawned), Notify::Worker(0));
+    // Spawned by the worker: run-next, which kicks the one before it behind task 0.
+    assert_eq!(ws.push(Some(0), job(1), Reason::Spawned), Notify::None);
+    assert_eq!(ws.push(Some(0), job(2), Reason::Spawned), Notify::None);
+    assert_eq!(ws.push(Some(0), job(3), Reason::Yielded), Notify::None);
+    let order: Vec<_> = std::iter::from_fn(|| ws.pop(0))
+        .map(|p| (p.task.id, p.inherit_slice))
+        .collect();
+    assert_eq!(order, [(2, true), (0, false), (1, false), (3, false)]);
+    let stats = ws.stats(0);
+    assert_eq!((stats.global_pops, stats.stole), (0, 0));
 }
 
 #[test]
