@@ -224,6 +224,49 @@ impl<T: ?Sized> DataCell<T> {
     }
 }
 
+/// The liveness of a shared allocation that its users free themselves (the last one to let go,
+/// as a oneshot's two handles do), for loom to check the freeing against every use.
+///
+/// Loom sees data races on its cells, not a use of freed memory. So under loom this is a cell
+/// that every use of the allocation reads ([`touch`](Alive::touch)) and the free writes
+/// ([`retire`](Alive::retire)): a use that does not happen before the free — the protocol
+/// freed too early — is a read racing that write, which loom reports. Otherwise it is empty
+/// and both calls compile to nothing.
+///
+/// A touch begins with a load of an atomic that only the free writes: loom tries other orders
+/// of two threads only where they access the same atomic, one of them writing, so without it
+/// a use made between two operations on the state word (the sender's hold of the lock) would
+/// never be scheduled after a free that the protocol let happen too early.
+#[derive(Debug, Default)]
+pub(crate) struct Alive {
+    #[cfg(loom)]
+    cell: ::loom::cell::UnsafeCell<()>,
+    #[cfg(loom)]
+    gate: AtomicUsize,
+}
+
+impl Alive {
+    /// A use of the allocation, now.
+    #[inline(always)]
+    pub(crate) fn touch(&self) {
+        #[cfg(loom)]
+        {
+            self.gate.load(Ordering::Relaxed);
+            self.cell.with(|_| ());
+        }
+    }
+
+    /// The allocation is freed, now: every use must have happened before.
+    #[inline(always)]
+    pub(crate) fn retire(&self) {
+        #[cfg(loom)]
+        {
+            self.gate.store(1, Ordering::Relaxed);
+            self.cell.with_mut(|_| ());
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The parker.
 

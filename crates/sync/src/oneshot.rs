@@ -39,7 +39,9 @@ use std::time::{Duration, Instant};
 
 use crate::chan::deque::SmallDeque;
 pub use crate::chan::error::{RecvError, RecvTimeoutError, SendError, TryRecvError};
-use crate::loom::{AtomicUsize, DataCell, Ordering, Wake, park, park_until, spin_wait, waker};
+use crate::loom::{
+    Alive, AtomicUsize, DataCell, Ordering, Wake, park, park_until, spin_wait, waker,
+};
 use crate::select::sealed::{Arm, RecvArmSource};
 use crate::waiter::{Waiter, deadline_after};
 
@@ -92,6 +94,7 @@ const RX_ALIVE: usize = 1 << 7;
 /// A one-shot channel.
 pub fn channel<T>() -> (Sender<T>, Receiver<T>) {
     let inner = allocate(Inner {
+        alive: Alive::default(),
         state: AtomicUsize::new(TX_ALIVE | RX_ALIVE),
         msg: DataCell::new(MaybeUninit::uninit()),
         list: DataCell::new(WaitList {
@@ -138,6 +141,10 @@ unsafe impl<T: Send> Send for Receiver<T> {}
 unsafe impl<T: Send> Sync for Receiver<T> {}
 
 struct Inner<T> {
+    /// Under loom: every use of the allocation reads it, and `free` writes it, so that loom
+    /// reports a use that the freeing handle's view does not include (see `Alive`). The
+    /// fields below are only reached through the accessors that do that.
+    alive: Alive,
     state: AtomicUsize,
     /// Written once by the sender before it publishes `SENT`; read once by the receive that
     /// sets `TAKEN`, or dropped with the allocation if nobody took it.
@@ -194,6 +201,8 @@ fn wake_one(w: Waiting) {
 /// has already given up its bit (`TX_ALIVE`/`RX_ALIVE`), which the caller saw clear with an
 /// acquire load or read-modify-write, so nothing else reaches the allocation now or later.
 unsafe fn free<T>(inner: NonNull<Inner<T>>) {
+    // SAFETY: alive until the drop below (the contract).
+    unsafe { inner.as_ref() }.alive.retire();
     #[cfg(not(loom))]
     {
         /// Returns the block even if the message's destructor panics.
@@ -246,6 +255,27 @@ impl<T> Drop for Inner<T> {
 }
 
 impl<T> Inner<T> {
+    /// The state word (a use of the allocation: see `alive`).
+    #[inline(always)]
+    fn state(&self) -> &AtomicUsize {
+        self.alive.touch();
+        &self.state
+    }
+
+    /// The message's cell (a use of the allocation: see `alive`).
+    #[inline(always)]
+    fn msg(&self) -> &DataCell<MaybeUninit<T>> {
+        self.alive.touch();
+        &self.msg
+    }
+
+    /// The waiting list's cell (a use of the allocation: see `alive`).
+    #[inline(always)]
+    fn list(&self) -> &DataCell<WaitList> {
+        self.alive.touch();
+        &self.list
+    }
+
     /// `s`, or the state once the lock's holder released it (only the holder changes the
     /// state: the others wait for its few stores).
     #[inline]
@@ -253,7 +283,7 @@ impl<T> Inner<T> {
         let mut round = 0;
         while s & LOCKED != 0 {
             spin_wait(&mut round);
-            s = self.state.load(Ordering::Acquire);
+            s = self.state().load(Ordering::Acquire);
         }
         s
     }
@@ -261,14 +291,14 @@ impl<T> Inner<T> {
     /// Changes the state from `current` (unlocked) to `new`; else the state found.
     #[inline]
     fn cas(&self, current: usize, new: usize) -> Result<usize, usize> {
-        self.state
+        self.state()
             .compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire)
     }
 
     /// The message if it is there (taking it); an error if there never will be one (the
     /// sender was dropped, or a receive took the message); `None`: not yet.
     fn try_take(&self) -> Option<Result<T, RecvError>> {
-        let mut s = self.state.load(Ordering::Acquire);
+        let mut s = self.state().load(Ordering::Acquire);
         loop {
             s = self.unlocked(s);
             if s & TAKEN != 0 || (s & SENT == 0 && s & TX_CLOSED != 0) {
@@ -282,7 +312,7 @@ impl<T> Inner<T> {
                     // SAFETY: `SENT` (acquired) says the sender wrote the message, and our
                     // compare-and-swap set `TAKEN`: no other receive reads it, and the
                     // allocation's drop will not drop it.
-                    let msg = unsafe { self.msg.ptr_shared().read().assume_init() };
+                    let msg = unsafe { self.msg().ptr_shared().read().assume_init() };
                     return Some(Ok(msg));
                 }
                 Err(actual) => s = actual,
@@ -294,7 +324,7 @@ impl<T> Inner<T> {
     /// returns the state it locked (without `LOCKED`), or `None` (then the list is empty and
     /// stays so: see the design notes).
     fn lock_unless_done(&self) -> Option<usize> {
-        let mut s = self.state.load(Ordering::Acquire);
+        let mut s = self.state().load(Ordering::Acquire);
         loop {
             s = self.unlocked(s);
             if s & (SENT | TX_CLOSED) != 0 {
@@ -315,11 +345,11 @@ impl<T> Inner<T> {
         let (r, waiters) = {
             // SAFETY: `lock_unless_done` took the lock, so we alone reach the list until the
             // store below releases it, and the reference does not outlive this block.
-            let list = unsafe { &mut *self.list.ptr() };
+            let list = unsafe { &mut *self.list().ptr() };
             let r = f(list);
             (r, if list.waiting.is_empty() { 0 } else { WAITERS })
         };
-        self.state
+        self.state()
             .store((s & !WAITERS) | waiters, Ordering::Release);
         Some(r)
     }
@@ -378,7 +408,7 @@ impl<T> Inner<T> {
     /// owner, takes the message back and frees the allocation.
     fn close_tx(&self, sent: bool) -> Result<(), ()> {
         let done = if sent { SENT | TX_CLOSED } else { TX_CLOSED };
-        let mut s = self.state.load(Ordering::Acquire);
+        let mut s = self.state().load(Ordering::Acquire);
         loop {
             s = self.unlocked(s);
             if s & RX_CLOSED != 0 {
@@ -399,8 +429,8 @@ impl<T> Inner<T> {
                 Ok(_) => {
                     // SAFETY: our compare-and-swap took the lock, so we alone reach the list
                     // until the store below releases it.
-                    let waiting = std::mem::take(&mut unsafe { &mut *self.list.ptr() }.waiting);
-                    self.state
+                    let waiting = std::mem::take(&mut unsafe { &mut *self.list().ptr() }.waiting);
+                    self.state()
                         .store((s | done) & !(WAITERS | TX_ALIVE), Ordering::Release);
                     // From here the receiver may free the allocation: only the list we took.
                     wake_all(waiting);
@@ -537,13 +567,13 @@ impl<T> Sender<T> {
         let inner = this.inner();
         // SAFETY: only the sender writes the cell, once, before publishing `SENT`; no
         // receive reads it before it sees `SENT`.
-        unsafe { inner.msg.ptr().write(MaybeUninit::new(msg)) };
+        unsafe { inner.msg().ptr().write(MaybeUninit::new(msg)) };
         match inner.close_tx(true) {
             Ok(()) => Ok(()),
             Err(()) => {
                 // SAFETY: written just above and never published (`SENT` is clear), so it is
                 // still ours.
-                let msg = unsafe { inner.msg.ptr_shared().read().assume_init() };
+                let msg = unsafe { inner.msg().ptr_shared().read().assume_init() };
                 // SAFETY: the receiver is gone (seen by `close_tx`); we are the last owner.
                 unsafe { free(ptr) };
                 Err(SendError(msg))
@@ -553,7 +583,7 @@ impl<T> Sender<T> {
 
     /// Whether the receiver is gone.
     pub fn is_closed(&self) -> bool {
-        self.inner().state.load(Ordering::Acquire) & RX_CLOSED != 0
+        self.inner().state().load(Ordering::Acquire) & RX_CLOSED != 0
     }
 }
 
@@ -618,7 +648,7 @@ impl<T> Drop for Receiver<T> {
         // Nobody waits through a receiver that is being dropped (every receive removed its
         // registration before it returned), so the list is empty: just leave.
         let inner = self.inner();
-        let mut s = inner.state.load(Ordering::Acquire);
+        let mut s = inner.state().load(Ordering::Acquire);
         if s & TX_ALIVE == 0 {
             // The sender is gone for good (it sent, or was dropped): its last change of the
             // state gave up its share (release; our load acquires it) — after it took the
@@ -627,7 +657,9 @@ impl<T> Drop for Receiver<T> {
             // nobody else reaches the allocation: this receiver is borrowed by nothing while
             // it drops, and the waiting list holds no reference to it. So no compare-and-swap
             // to leave: free it. (One atomic read-modify-write fewer per exchange that
-            // completed.)
+            // completed.) Loom checks the order: a use of the allocation by the sender that
+            // this free does not come after is a race on `Inner::alive` (`tests/loom_chan.rs`,
+            // `oneshot_receiver_dropped_with_a_forgotten_registration_races_send`).
             // SAFETY: we are the last owner (see above).
             unsafe { free(self.inner) };
             return;

@@ -383,9 +383,10 @@ fn oneshot_receiver_dropped_with_a_forgotten_registration_races_send() {
     // A receive future polled once and forgotten leaves its registration in the list, so the
     // send takes the list under the lock and leaves only with its unlocking store, while the
     // receiver is dropped: every interleaving must end with one free and no deadlock. (The
-    // receiver's drop frees at once only once the sender's share is gone. Loom does not see a
-    // use of the freed allocation, so a drop that freed at `TX_CLOSED`, before the sender's
-    // unlocking store, passes here too: that order is argued in `Receiver`'s drop.)
+    // receiver's drop frees at once only once the sender's share is gone; the channel's
+    // `Alive` marker makes a use by the sender after a free a data race that loom reports, so
+    // a drop that freed at `TX_CLOSED`, inside the sender's hold of the lock, or a send that
+    // gave up its share with the locking compare-and-swap, fails here.)
     model(
         "oneshot_receiver_dropped_with_a_forgotten_registration_races_send",
         || {
@@ -396,6 +397,9 @@ fn oneshot_receiver_dropped_with_a_forgotten_registration_races_send() {
             assert!(fut.as_mut().poll(&mut cx).is_pending());
             std::mem::forget(fut);
             let t = thread::spawn(move || s.send(7));
+            // Lets the send begin: loom would otherwise never run it before the drop's first
+            // look at the state (the two threads' first operations do not conflict).
+            thread::yield_now();
             drop(r);
             // Either the send came first, or it found the receiver gone.
             let _ = t.join().unwrap();
