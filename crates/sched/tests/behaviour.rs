@@ -99,20 +99,43 @@ fn job(id: usize) -> Job {
     }
 }
 
+/// Says a run is stuck once what it watches (a count of tasks done, ...) has not changed for a
+/// minute: a lost task or wake-up stops all progress. Measured from the last change, not from
+/// the start: under Miri, with this file's other tests interpreted alongside, a whole run can
+/// take minutes.
+struct Watchdog {
+    seen: usize,
+    since: Instant,
+}
+
+impl Watchdog {
+    fn new() -> Self {
+        Watchdog {
+            seen: 0,
+            since: Instant::now(),
+        }
+    }
+
+    fn stalled(&mut self, now: usize) -> bool {
+        if now != self.seen {
+            self.seen = now;
+            self.since = Instant::now();
+        }
+        self.since.elapsed() >= Duration::from_secs(60)
+    }
+}
+
 /// 2 threads each popping (busy-polling), 1 pushing.
 fn popping_threads<P: Policy<Job>>(policy: P) {
     let run = Arc::new(Run::new(policy));
-    let deadline = Instant::now() + Duration::from_secs(60);
     let workers: Vec<_> = (0..WORKERS)
         .map(|w| {
             let run = run.clone();
             thread::spawn(move || {
+                let mut watchdog = Watchdog::new();
                 while !run.all_done() {
-                    assert!(
-                        Instant::now() < deadline,
-                        "stuck: {} done",
-                        run.done.load(Ordering::SeqCst)
-                    );
+                    let done = run.done.load(Ordering::SeqCst);
+                    assert!(!watchdog.stalled(done), "stuck: {done} done");
                     match run.policy.pop(w) {
                         Some(popped) => {
                             run.run(w, popped.task);
@@ -153,7 +176,7 @@ fn work_stealing_counts_every_task_once() {
 }
 
 /// The same with the idle protocol and real parking: workers sleep when idle; the pusher
-/// pauses now and then so that they do. A lost wake-up hangs (caught by the deadline).
+/// pauses now and then so that they do. A lost wake-up hangs (caught by a watchdog).
 fn parking_workers<P: Policy<Job>>(policy: P) {
     struct Shared<P> {
         run: Run<P>,
@@ -196,7 +219,7 @@ fn parking_workers<P: Policy<Job>>(policy: P) {
         threads: OnceLock::new(),
         parks: AtomicUsize::new(0),
     });
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut watchdog = Watchdog::new();
     let handles: Vec<_> = (0..WORKERS)
         .map(|w| {
             let s = shared.clone();
@@ -229,7 +252,7 @@ fn parking_workers<P: Policy<Job>>(policy: P) {
                         continue;
                     }
                     s.parks.fetch_add(1, Ordering::Relaxed);
-                    // No timeout: a lost wake-up hangs here (the main thread's deadline
+                    // No timeout: a lost wake-up hangs here (the main thread's watchdog
                     // reports it).
                     thread::park();
                     s.idle.woke(w);
@@ -253,8 +276,10 @@ fn parking_workers<P: Policy<Job>>(policy: P) {
             // Let the workers run dry and go to sleep, so that the next pushes must wake them
             // (waiting for it, rather than a fixed pause, keeps this true on a loaded machine).
             while shared.run.done.load(Ordering::SeqCst) <= id || shared.idle.sleeping() < WORKERS {
+                let progress =
+                    shared.run.done.load(Ordering::SeqCst) * (WORKERS + 1) + shared.idle.sleeping();
                 assert!(
-                    Instant::now() < deadline,
+                    !watchdog.stalled(progress),
                     "lost wake-up or no sleep: {} of {} done, sleeping {}",
                     shared.run.done.load(Ordering::SeqCst),
                     id + 1,
@@ -266,7 +291,7 @@ fn parking_workers<P: Policy<Job>>(policy: P) {
     }
     while !shared.run.all_done() {
         assert!(
-            Instant::now() < deadline,
+            !watchdog.stalled(shared.run.done.load(Ordering::SeqCst) * (WORKERS + 1)),
             "lost wake-up: {} of {TASKS} done, sleeping {}, spinning {}",
             shared.run.done.load(Ordering::SeqCst),
             shared.idle.sleeping(),
