@@ -245,6 +245,12 @@ pub(crate) struct Alive {
     gate: AtomicUsize,
 }
 
+// SAFETY: the cell holds no data (`()`): it is only a record of accesses, each made through
+// loom's checked `with`/`with_mut`, whose point is to be reached from several threads and
+// report the ones that race. (Outside loom `Alive` is empty, and `Sync` by itself.)
+#[cfg(loom)]
+unsafe impl Sync for Alive {}
+
 impl Alive {
     /// A use of the allocation, now.
     #[inline(always)]

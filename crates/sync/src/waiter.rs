@@ -49,7 +49,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use crate::loom::{
-    AtomicU8, AtomicUsize, DataCell, Ordering, StdMutex, Wake, is_current_waker, lock, park,
+    Alive, AtomicU8, AtomicUsize, DataCell, Ordering, StdMutex, Wake, is_current_waker, lock, park,
     park_until, spin_wait, waker,
 };
 
@@ -82,6 +82,13 @@ pub struct Waiter {
     /// each side decides: a waiter that stops spinning swaps `PARKS` back in, and if it finds
     /// `SKIPPED` it was completed and no wake-up is coming, so it must not park.
     sleep: AtomicU8,
+    /// Under loom, the check of [`complete`](Self::complete)'s "nothing touches the record
+    /// after the publication": `complete` touches it, and an owner that takes the record back
+    /// ([`retire`](Self::retire): a channel's packet, reused or freed) writes it, so a
+    /// completer's use that the owner's view does not include is a race loom reports (see
+    /// `crate::loom::Alive`). Records held through a reference count are not retired: their
+    /// completers' uses are covered by the count (which loom does not see).
+    alive: Alive,
 }
 
 /// Whom [`Waiter::wake`] wakes.
@@ -148,7 +155,15 @@ impl Waiter {
             home: AtomicUsize::new(thread_token()),
             by: AtomicUsize::new(0),
             sleep: AtomicU8::new(PARKS),
+            alive: Alive::default(),
         }
+    }
+
+    /// The owner takes the record back (to reuse or free it) after its completion: every use
+    /// by the completer must have happened before (checked under loom, see `alive`).
+    #[inline(always)]
+    pub(crate) fn retire(&self) {
+        self.alive.retire();
     }
 
     /// Makes a finished blocking record fresh for a new wait of the current task (a channel
@@ -223,6 +238,7 @@ impl Waiter {
         }
         match &self.waker {
             WakerSlot::Task(waker) => {
+                self.alive.touch();
                 // SAFETY: claimed and not yet published: the owner is waiting (it cannot
                 // replace the waker, see `WakerSlot::Task`, nor free the record).
                 unsafe { (*waker.ptr_shared()).wake_by_ref() }
@@ -250,7 +266,9 @@ impl Waiter {
     /// once it sees `op`.
     #[inline]
     fn publish(&self, op: usize) {
+        self.alive.touch();
         self.by.store(thread_token(), Ordering::Relaxed);
+        self.alive.touch();
         self.state.store(OP0 + op, Ordering::Release);
     }
 
@@ -307,6 +325,7 @@ impl Waiter {
     /// wake-up: if so it is told so (`SKIPPED`), one swap against its own.
     #[inline]
     fn skip_spinning_waiter(&self) -> bool {
+        self.alive.touch();
         self.sleep.load(Ordering::Relaxed) == SPINS
             && self.sleep.swap(SKIPPED, Ordering::AcqRel) == SPINS
     }

@@ -331,6 +331,8 @@ impl<T> Chan<T> {
     /// caller's acquire read of the state) or aborted and unregistered (under the lock).
     fn recycle(&self, packet: Arc<Packet<T>>) {
         debug_assert_eq!(Arc::strong_count(&packet), 1, "a finished packet is shared");
+        // Its completer's last use (the publication) must come before this (checked by loom).
+        packet.cx.retire();
         #[cfg(loom)]
         if !self.recycles {
             return;
