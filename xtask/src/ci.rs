@@ -18,7 +18,8 @@ const CORE: [&str; 3] = ["spindle-context", "spindle-stack", "spindle-coro"];
 /// Test executables of spindle-rt that the `valgrind-rt` leg leaves out, by name prefix (none:
 /// the runtime's tests hung under valgrind only because valgrind does not see the kernel's
 /// writes into an io_uring's shared rings, so a worker parked in `io_uring_enter` was never
-/// woken; the legs run the runtimes on epoll, `SPINDLE_IO=epoll`).
+/// woken; the legs run the runtimes on epoll, `SPINDLE_IO=epoll`, and the tests written for
+/// io_uring itself return at once under `SPINDLE_UNDER_VALGRIND`: `common::io_uring_left_out`).
 const VALGRIND_RT_SKIPPED: [&str; 0] = [];
 
 /// Linted with their tests, examples and benches too by the `cross-<target>` legs: the IO

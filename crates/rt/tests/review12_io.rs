@@ -131,6 +131,9 @@ fn dgram_shutdown_while_waiting_epoll() {
 /// backends to one answer class.
 #[test]
 fn dgram_shutdown_while_waiting_uring() {
+    if common::io_uring_left_out("dgram_shutdown_while_waiting_uring") {
+        return;
+    }
     dgram_shutdown_while_waiting(IoBackend::IoUring);
 }
 
@@ -305,6 +308,9 @@ fn positioned_io_beyond_the_kernels_offsets(io: Option<IoBackend>) {
 
 #[test]
 fn positioned_io_beyond_the_kernels_offsets_uring() {
+    if common::io_uring_left_out("positioned_io_beyond_the_kernels_offsets_uring") {
+        return;
+    }
     positioned_io_beyond_the_kernels_offsets(Some(IoBackend::IoUring));
 }
 
