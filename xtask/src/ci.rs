@@ -587,7 +587,11 @@ fn valgrind_one(bin: &TestBin, io: Option<&str>, limit_secs: Option<u32>) -> Res
         }
         None => Command::new("valgrind"),
     };
-    cmd.args(["--error-exitcode=99", "--quiet"])
+    // Fair scheduling: valgrind runs one thread at a time, and its default lock let a thread
+    // that never blocks (a test's busy waker threads, a worker spinning for work) keep it,
+    // starving the rest: `stress.rs`'s hammering test ran for 15 minutes without finishing,
+    // and takes 3 s with `--fair-sched=yes`.
+    cmd.args(["--fair-sched=yes", "--error-exitcode=99", "--quiet"])
         .arg(&bin.exe)
         .arg("--test-threads=1")
         .env("SPINDLE_UNDER_VALGRIND", "1")
