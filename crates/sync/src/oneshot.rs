@@ -57,10 +57,11 @@ use crate::waiter::{Waiter, deadline_after};
 // the few stores of the list's critical section (`spin_wait`). So the common paths are one
 // atomic operation each: a send that nobody waits for, taking a message that is there, each
 // handle's drop — and none for the receiver's drop once the sender is gone (its bit clear:
-// nobody else can reach the allocation, so the receiver frees it after a load). A receive that has to wait locks the state, adds its waker to the list, and
-// sets `WAITERS` in the unlocking store; a send that sees `WAITERS` takes the lock with the
-// same compare-and-swap that publishes the message, takes the whole list, and unlocks with
-// `WAITERS` clear before it wakes anyone.
+// nobody else can reach the allocation, so the receiver frees it after a load). A receive
+// that has to wait locks the state, adds its waker to the list, and sets `WAITERS` in the
+// unlocking store; a send that sees `WAITERS` takes the lock with the same compare-and-swap
+// that publishes the message, takes the whole list, and unlocks with `WAITERS` clear before
+// it wakes anyone.
 //
 // Once the outcome (the message, or the sender's end) is published and the state is unlocked,
 // the list is empty for good: the sender emptied it, or nobody had registered — and nobody
