@@ -99,10 +99,13 @@
 //! 5.19) that accepts connection after connection into the listener's
 //! [`AcceptQueue`](spindle_io::driver::AcceptQueue); later `accept`s take from the queue with
 //! no submission at all ([`UringStats::multishot_accepts`] counts the requests armed). The
-//! request ends on an accept error (the next `accept` returns the error and arms again) or when
-//! the listener is dropped: the drop (on any thread) posts a cancel to this driver's mailbox
-//! and wakes it; its next `park` submits the cancel, and connections accepted but not taken are
-//! closed. A kernel that answers `EINVAL` turns multishot accept off for this driver (single
+//! request ends on an accept error (the next `accept` returns the error and arms again), when
+//! the queue holds [`ACCEPT_READ_AHEAD`](spindle_io::driver::ACCEPT_READ_AHEAD) connections
+//! nobody took yet (the next `accept` that empties it arms again: the rest wait in the
+//! kernel's backlog), when an `accept` on a plain thread needs the backlog to itself, or when
+//! the last handle on the listener is dropped. Each of these posts a cancel to this driver's
+//! mailbox (from any thread) and wakes it; its next `park` submits the cancel. Connections
+//! accepted but not taken are closed with the listener. A kernel that answers `EINVAL` turns multishot accept off for this driver (single
 //! accepts from then on).
 //!
 //! # `park`, wake-ups and cost

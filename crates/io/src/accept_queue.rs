@@ -9,6 +9,14 @@
 //! through the function its driver left ([`AcceptQueue::armed`]) — from whatever thread drops
 //! it — and connections accepted but not taken are closed.
 //!
+//! The queue takes at most [`ACCEPT_READ_AHEAD`] connections ahead of the `accept` calls: when it
+//! holds that many the request is cancelled, and the next `accept` that finds the queue empty
+//! arms a new one. Connections nobody asked for stay in the kernel's backlog, as they would
+//! without multishot accept, instead of filling the process's descriptor table. An `accept`
+//! outside a task (a plain thread, which accepts with the blocking call) cancels the request
+//! too and takes what it delivered until its last completion, so that no connection is left
+//! in a queue nobody reads while the thread waits in the kernel's backlog.
+//!
 //! [`Proactor::arm_accept_multishot`]: crate::Proactor::arm_accept_multishot
 
 use std::collections::VecDeque;
@@ -20,6 +28,9 @@ use std::task::Waker;
 
 /// Stops an armed multishot request (called at most once, from any thread).
 pub type CancelFn = Box<dyn FnOnce() + Send>;
+
+/// The most connections a queue holds before it cancels its request (see the module docs).
+pub const ACCEPT_READ_AHEAD: usize = 16;
 
 /// Connections accepted ahead of `accept` calls by a multishot accept (io_uring's
 /// `IORING_ACCEPT_MULTISHOT`), shared by a listener and the driver that armed the request.
@@ -41,6 +52,9 @@ struct State {
     waiters: Vec<Waker>,
     /// A request is in some ring; its cancel function.
     armed: Option<CancelFn>,
+    /// The request was cancelled (queue full, or an accept outside a task) and its last
+    /// completion has not come yet: no new one is armed until it has.
+    cancelling: bool,
     /// The listener is gone: nothing is queued any more.
     closed: bool,
     /// The kernel refused a multishot accept here: use single accepts.
@@ -84,21 +98,44 @@ impl AcceptQueue {
         if state.unsupported {
             return Take::Unsupported;
         }
-        if state.armed.is_none() {
+        if state.armed.is_none() && !state.cancelling {
             return Take::Unarmed;
         }
-        if !state.waiters.iter().any(|w| w.will_wake(waker)) {
-            state.waiters.push(waker.clone());
+        state.register(waker);
+        Take::Wait
+    }
+
+    /// For an `accept` outside a task, which does not take from the queue by waiting for a
+    /// request: the oldest accepted connection; or, with none queued, cancels the armed
+    /// request and registers `waker` (`Wait`) until its last completion; `Unarmed` once no
+    /// request is in the kernel and the queue is empty (the caller accepts another way).
+    pub fn take_or_disarm(&self, waker: &Waker) -> Take {
+        let cancel = {
+            let mut state = self.lock();
+            if let Some(ready) = state.ready.pop_front() {
+                return Take::Ready(ready);
+            }
+            if state.unsupported {
+                return Take::Unsupported;
+            }
+            if state.armed.is_none() && !state.cancelling {
+                return Take::Unarmed;
+            }
+            state.register(waker);
+            state.begin_cancel()
+        };
+        if let Some(cancel) = cancel {
+            cancel();
         }
         Take::Wait
     }
 
     /// Driver side: a request for this queue is now in the kernel; `cancel` stops it. Returns
-    /// false (and drops `cancel` unused) if the queue is closed or already armed: the driver
-    /// must not submit then.
+    /// false (and drops `cancel` unused) if the queue is closed, already armed, or its
+    /// cancelled request has not ended yet: the driver must not submit then.
     pub fn armed(&self, cancel: CancelFn) -> bool {
         let mut state = self.lock();
-        if state.closed || state.armed.is_some() {
+        if state.closed || state.armed.is_some() || state.cancelling {
             return false;
         }
         state.armed = Some(cancel);
@@ -108,9 +145,10 @@ impl AcceptQueue {
     /// Driver side: one completion of the request. `result` is the accept's (a new fd, or
     /// `-errno`); `more` is false when it was the request's last (`IORING_CQE_F_MORE` clear).
     /// A request ended by a cancel (`-ECANCELED`) queues nothing; a kernel without multishot
-    /// accept (`-EINVAL` as the first and last completion) marks the queue unsupported.
+    /// accept (`-EINVAL` as the first and last completion) marks the queue unsupported. A
+    /// completion that fills the queue to [`ACCEPT_READ_AHEAD`] cancels the request.
     pub fn complete(&self, result: i32, more: bool) {
-        let waiters = {
+        let (waiters, cancel) = {
             let mut state = self.lock();
             if result >= 0 {
                 // SAFETY: the kernel's accept returned a new descriptor that nothing else
@@ -126,11 +164,20 @@ impl AcceptQueue {
                     .ready
                     .push_back(Err(io::Error::from_raw_os_error(-result)));
             }
-            if !more {
+            let cancel = if !more {
                 state.armed = None;
-            }
-            std::mem::take(&mut state.waiters)
+                state.cancelling = false;
+                None
+            } else if state.ready.len() >= ACCEPT_READ_AHEAD {
+                state.begin_cancel()
+            } else {
+                None
+            };
+            (std::mem::take(&mut state.waiters), cancel)
         };
+        if let Some(cancel) = cancel {
+            cancel();
+        }
         for waker in waiters {
             waker.wake();
         }
@@ -141,6 +188,7 @@ impl AcceptQueue {
         let waiters = {
             let mut state = self.lock();
             state.armed = None;
+            state.cancelling = false;
             std::mem::take(&mut state.waiters)
         };
         for waker in waiters {
@@ -163,6 +211,22 @@ impl AcceptQueue {
     }
 }
 
+impl State {
+    fn register(&mut self, waker: &Waker) {
+        if !self.waiters.iter().any(|w| w.will_wake(waker)) {
+            self.waiters.push(waker.clone());
+        }
+    }
+
+    /// The armed request's cancel function, to call once the lock is released (`None` if no
+    /// request is armed or it is being cancelled already).
+    fn begin_cancel(&mut self) -> Option<CancelFn> {
+        let cancel = self.armed.take()?;
+        self.cancelling = true;
+        Some(cancel)
+    }
+}
+
 impl Default for AcceptQueue {
     fn default() -> Self {
         AcceptQueue::new()
@@ -175,6 +239,7 @@ impl fmt::Debug for AcceptQueue {
         f.debug_struct("AcceptQueue")
             .field("ready", &state.ready.len())
             .field("armed", &state.armed.is_some())
+            .field("cancelling", &state.cancelling)
             .field("closed", &state.closed)
             .field("unsupported", &state.unsupported)
             .finish()

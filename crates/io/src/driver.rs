@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[cfg(unix)]
-pub use crate::accept_queue::{AcceptQueue, CancelFn, Take};
+pub use crate::accept_queue::{ACCEPT_READ_AHEAD, AcceptQueue, CancelFn, Take};
 use crate::scheduled::ScheduledIo;
 
 /// The OS handle of an IO source: a file descriptor on Unix, a `SOCKET` on Windows.

@@ -6,6 +6,7 @@
 //! block the thread, like std's.
 
 mod addr;
+mod backoff;
 #[cfg(unix)]
 mod multishot;
 mod tcp;

@@ -11,11 +11,11 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawF
 use std::os::windows::io::{
     AsRawSocket, AsSocket, BorrowedSocket, FromRawSocket, IntoRawSocket, OwnedSocket, RawSocket,
 };
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::driver::{Op, OpKind};
 use crate::net::addr::{ToSocketAddrs, each_addr};
+use crate::net::backoff::AcceptBackoff;
 #[cfg(unix)]
 use crate::net::multishot::MultishotAccepts;
 use crate::source::{Direction, Evented};
@@ -48,19 +48,16 @@ use crate::sys;
 /// # Ok::<(), std::io::Error>(())
 /// ```
 pub struct TcpListener {
-    /// Connections a multishot accept (io_uring) took ahead of `accept`; closed (the request
-    /// cancelled) first when the listener drops.
+    /// Connections a multishot accept (io_uring) took ahead of `accept`, shared with the
+    /// handles `try_clone` made; closed (the request cancelled) first when the last of them
+    /// drops.
     #[cfg(unix)]
     accepts: MultishotAccepts,
     // Declared before the socket: dropped (deregistered) before it closes.
     ev: Evented,
     inner: std::net::TcpListener,
-    /// Milliseconds to wait before the next accept after running out of descriptors.
-    backoff_ms: AtomicU32,
+    backoff: AcceptBackoff,
 }
-
-/// The longest pause between accepts while the process is out of file descriptors.
-const MAX_ACCEPT_BACKOFF_MS: u32 = 100;
 
 impl TcpListener {
     /// Binds to `addr` (the first of its addresses that works) and listens, with a backlog of
@@ -81,7 +78,7 @@ impl TcpListener {
             accepts: MultishotAccepts::default(),
             ev: Evented::new(sys::raw(&inner)),
             inner,
-            backoff_ms: AtomicU32::new(0),
+            backoff: AcceptBackoff::default(),
         }
     }
 
@@ -98,8 +95,11 @@ impl TcpListener {
     /// The std listener (left in non-blocking mode).
     ///
     /// On io_uring, where a multishot accept takes connections from the kernel's backlog
-    /// ahead of [`accept`](TcpListener::accept), connections taken but not returned yet are
-    /// closed: convert a listener before it accepts, or when no client is connecting.
+    /// ahead of [`accept`](TcpListener::accept) (at most
+    /// [`ACCEPT_READ_AHEAD`](crate::driver::ACCEPT_READ_AHEAD)), connections taken but not
+    /// returned yet are closed — unless a handle made by [`try_clone`](TcpListener::try_clone)
+    /// remains, whose `accept` still returns them: convert a listener before it accepts, or
+    /// when no client is connecting.
     pub fn into_std(self) -> std::net::TcpListener {
         let TcpListener { ev, inner, .. } = self;
         drop(ev);
@@ -119,20 +119,7 @@ impl TcpListener {
     ///
     /// As `accept(2)`.
     pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
-        let backoff = self.backoff_ms.load(Ordering::Relaxed);
-        if backoff > 0 {
-            sleep(Duration::from_millis(u64::from(backoff)));
-        }
-        let result = self.accept_now();
-        match &result {
-            Err(e) if sys::is_out_of_descriptors(e) => {
-                let next = (backoff * 2).clamp(1, MAX_ACCEPT_BACKOFF_MS);
-                self.backoff_ms.store(next, Ordering::Relaxed);
-            }
-            _ if backoff > 0 => self.backoff_ms.store(0, Ordering::Relaxed),
-            _ => {}
-        }
-        result
+        self.backoff.accept(|| self.accept_now())
     }
 
     #[cfg(unix)]
@@ -269,14 +256,15 @@ impl TcpListener {
     ///
     /// As `dup(2)`.
     pub fn try_clone(&self) -> io::Result<TcpListener> {
-        Ok(TcpListener::from_nonblocking(self.inner.try_clone()?))
+        #[cfg_attr(not(unix), allow(unused_mut))]
+        let mut clone = TcpListener::from_nonblocking(self.inner.try_clone()?);
+        // Both handles take from one queue of connections accepted ahead (io_uring).
+        #[cfg(unix)]
+        {
+            clone.accepts = self.accepts.share();
+        }
+        Ok(clone)
     }
-}
-
-/// Sleeps the current task (or thread).
-fn sleep(d: Duration) {
-    let deadline = Instant::now() + d;
-    while spindle_park::park_until(deadline) == spindle_park::Wake::Woken {}
 }
 
 /// The iterator of [`TcpListener::incoming`].

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::driver::{Op, OpKind};
+use crate::net::backoff::AcceptBackoff;
 use crate::net::tcp::fd_conversions;
 use crate::source::{Direction, Evented};
 use crate::sys_unix as sys;
@@ -37,6 +38,7 @@ use crate::sys_unix as sys;
 pub struct UnixListener {
     ev: Evented,
     inner: std::os::unix::net::UnixListener,
+    backoff: AcceptBackoff,
 }
 
 impl UnixListener {
@@ -54,6 +56,7 @@ impl UnixListener {
         UnixListener {
             ev: Evented::new(inner.as_raw_fd()),
             inner,
+            backoff: AcceptBackoff::default(),
         }
     }
 
@@ -69,17 +72,26 @@ impl UnixListener {
 
     /// The std listener (left non-blocking).
     pub fn into_std(self) -> std::os::unix::net::UnixListener {
-        let UnixListener { ev, inner } = self;
+        let UnixListener { ev, inner, .. } = self;
         drop(ev);
         inner
     }
 
-    /// Accepts a connection, suspending the calling coroutine until one arrives.
+    /// Accepts a connection: suspends the calling coroutine (or blocks the thread) until one
+    /// arrives.
+    ///
+    /// Out of file descriptors (`EMFILE`/`ENFILE`) the error is returned, and the next
+    /// `accept` first pauses (1 ms, doubling up to 100 ms while it lasts), as
+    /// [`TcpListener::accept`](crate::net::TcpListener::accept) does.
     ///
     /// # Errors
     ///
     /// As `accept(2)`.
     pub fn accept(&self) -> io::Result<(UnixStream, SocketAddr)> {
+        self.backoff.accept(|| self.accept_now())
+    }
+
+    fn accept_now(&self) -> io::Result<(UnixStream, SocketAddr)> {
         let done = self.ev.completion(OpKind::Accept, |p, fd| {
             let mut out = Box::new((
                 // SAFETY: all-zero is a valid sockaddr_storage.
