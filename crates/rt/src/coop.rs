@@ -52,12 +52,14 @@ fn yield_task(header: &Header) {
 /// From here on the coroutine holds cancellation off for good: a destructor that parks while
 /// it unwinds (a sleep, a contended lock, a guard that joins a child) waits as usual instead of
 /// starting a second unwind inside the first, which Rust answers with an abort ("panic in a
-/// destructor during cleanup"). The unwind ends where the coroutine's body catches it.
+/// destructor during cleanup"). The unwind ends where the coroutine's body catches it (a
+/// `catch_unwind` of the coroutine's own code on the way resumes it when it drops the payload:
+/// see `CancelUnwind`).
 #[cold]
 #[inline(never)]
 pub(crate) fn cancel_unwind(header: &Header) -> ! {
     header.hold_off_cancel_for_good();
-    std::panic::resume_unwind(Box::new(CancelUnwind))
+    CancelUnwind::raise(header.id)
 }
 
 /// Counts one operation against the current coroutine's budget, and yields if the budget or

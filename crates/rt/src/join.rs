@@ -202,6 +202,11 @@ impl<T: Send + 'static> JoinHandle<T> {
     /// child) waits as usual instead of unwinding again. While such a destructor waits,
     /// `std::thread::panicking()` reads `true` on that worker thread — for the other
     /// coroutines it runs too (the panic count is the thread's, not the coroutine's).
+    ///
+    /// The unwind is sticky: a `catch_unwind` in the coroutine catches it like a panic, but
+    /// dropping what it caught resumes the unwind there, so that a loop that survives its
+    /// handlers' panics (`let _ = catch_unwind(handler);`) still ends when it is cancelled.
+    /// (Resuming it explicitly, `resume_unwind(payload)`, works as well.)
     pub fn cancel(&self) {
         cancel_task(self.task.task_ref());
     }

@@ -2,6 +2,7 @@
 
 use std::any::Any;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::fmt;
 use std::panic::AssertUnwindSafe;
 
@@ -65,7 +66,14 @@ impl Locals {
         let map = unsafe { &mut *locals }
             .map
             .get_or_insert_with(Default::default);
-        &**map.values.entry(key).or_insert(fresh) as *const dyn Any
+        let (value, discarded) = match map.values.entry(key) {
+            Entry::Occupied(kept) => (&**kept.get() as *const dyn Any, Some(fresh)),
+            Entry::Vacant(slot) => (&**slot.insert(fresh) as *const dyn Any, None),
+        };
+        // Dropped only now that the map is not borrowed: its destructor may use (and add)
+        // coroutine-locals. The value returned is boxed, so that does not move it.
+        drop(discarded);
+        value
     }
 
     /// Drops every value (at the coroutine's exit, on its stack), one at a time and without a

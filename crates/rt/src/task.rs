@@ -59,7 +59,47 @@ pub(crate) enum Failure {
 }
 
 /// The payload of the unwind that cancels a coroutine. Private: user code sees only "not mine".
-pub(crate) struct CancelUnwind;
+///
+/// Sticky: a `catch_unwind` in the coroutine's own code catches it like any panic, but
+/// dropping it there — in the coroutine it cancels, outside another unwind — resumes the
+/// unwind from the drop (as .NET re-raises a thread abort at the end of each `catch`). So a
+/// loop that survives its handlers' panics (`let _ = catch_unwind(handler)`) does not swallow
+/// its cancellation, which would leave it running for good and a runtime's drop waiting for
+/// it for ever. Only the coroutine's body, where the unwind ends, takes it for good
+/// ([`CancelUnwind::spent`]).
+pub(crate) struct CancelUnwind {
+    /// The cancelled coroutine's id (unique in the process): dropped anywhere else (sent to
+    /// another thread, returned as a value), the payload is inert.
+    task: u64,
+}
+
+impl CancelUnwind {
+    /// Starts (or resumes) the unwind that cancels the running coroutine `task`.
+    pub(crate) fn raise(task: u64) -> ! {
+        std::panic::resume_unwind(Box::new(CancelUnwind { task }))
+    }
+
+    /// Whether `payload` is a cancellation's; if so it is taken for good (its drop does not
+    /// resume the unwind).
+    fn spent(payload: Box<dyn Any + Send>) -> Result<(), Box<dyn Any + Send>> {
+        let cancel = payload.downcast::<CancelUnwind>()?;
+        // Moved out of its box (freed) and forgotten: no drop, so no resumed unwind.
+        std::mem::forget(*cancel);
+        Ok(())
+    }
+}
+
+impl Drop for CancelUnwind {
+    fn drop(&mut self) {
+        // Not inside another unwind (a second panic there aborts); only in the coroutine it
+        // cancels, which is running (its code dropped the payload).
+        if !std::thread::panicking()
+            && crate::worker::current_task_header().is_some_and(|h| h.id == self.task)
+        {
+            CancelUnwind::raise(self.task);
+        }
+    }
+}
 
 /// What every task has, whatever its result type.
 ///
@@ -587,8 +627,7 @@ where
                         co.get_mut().resume(())
                     }
                     Err(e) => {
-                        // The closure is dropped here, on the worker, without having run.
-                        drop(f);
+                        drop_unrun(f);
                         self.prefix.finish(Err(Failure::NoStack(e.into())));
                         return None;
                     }
@@ -608,8 +647,8 @@ where
                     Ok(region) => region,
                     Err(e) => {
                         // As a stack that cannot be had for an own-stack coroutine (above): the
-                        // closure is dropped here, unrun, and the join says why.
-                        drop(f);
+                        // closure is dropped unrun, and the join says why.
+                        drop_unrun(f);
                         self.prefix.finish(Err(Failure::NoStack(e.into())));
                         return None;
                     }
@@ -770,8 +809,10 @@ where
                 Ok(()) => Ok(value),
                 Err(payload) => Err(Failure::Panicked(payload)),
             },
-            Err(payload) if payload.is::<CancelUnwind>() => Err(Failure::Cancelled),
-            Err(payload) => Err(Failure::Panicked(payload)),
+            Err(payload) => match CancelUnwind::spent(payload) {
+                Ok(()) => Err(Failure::Cancelled),
+                Err(payload) => Err(Failure::Panicked(payload)),
+            },
         }
     }
 }
@@ -791,6 +832,18 @@ where
     F: FnOnce() -> T + Send + 'static,
 {
     TaskCell::<T, F>::VTABLE
+}
+
+/// Drops the closure of a coroutine that will never run (no stack could be had for it), on the
+/// worker's stack while its task is still the worker's current one: as the worker's own code
+/// (a destructor that parks must park the thread, not "suspend" a coroutine that never
+/// started, nor see that task as the current one), and without letting a panic in it unwind
+/// the worker (the panic hook has reported it; the join reports the missing stack).
+#[cold]
+fn drop_unrun<F>(f: F) {
+    crate::worker::outside_coroutine(|| {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(f)));
+    });
 }
 
 /// Makes a task running `f`; `make` builds its body, given the task's header and `f`. Sets
