@@ -510,7 +510,11 @@ impl UringDriver {
                 }
                 if why.is_some() {
                     cancel_sent = self.push_cancel(slot);
-                    continue;
+                    if cancel_sent {
+                        continue;
+                    }
+                    // Not queued: wait a millisecond below and try again (looping straight
+                    // back spun while the submission queue stayed full).
                 }
             }
             // After the cancel went out there is no deadline: we wait for the completion.
