@@ -1,14 +1,23 @@
 //! The blocking pool: threads for work that blocks (a synchronous library, file IO without a
 //! native backend, DNS), so that it suspends only the coroutine that asked for it.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
+use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::task::lock;
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
+
+thread_local! {
+    /// The pool whose thread this is (null: none), so that a shutdown run by one of the pool's
+    /// own jobs can tell: it would wait for the coroutine that waits for that very job.
+    static SERVING: Cell<*const Inner> = const { Cell::new(ptr::null()) };
+}
 
 /// A bounded pool of threads that exit after `keep_alive` without work.
 pub(crate) struct BlockingPool {
@@ -18,6 +27,8 @@ pub(crate) struct BlockingPool {
 struct Inner {
     state: Mutex<PoolState>,
     work: Condvar,
+    /// Signalled when a thread leaves (or a start is settled): `shutdown` waits on it.
+    exited: Condvar,
     max_threads: usize,
     keep_alive: Duration,
     /// Threads alive now (for tests and metrics).
@@ -42,6 +53,11 @@ struct PoolState {
     /// Wake-ups sent to claimed threads and not yet taken by a waking thread.
     notified: usize,
     threads: usize,
+    /// Threads counted in `threads` whose handle is not in `handles` yet (being started).
+    starting: usize,
+    /// The threads started, to join at shutdown. Those that exited (idle) are dropped when the
+    /// next thread starts, so this holds at most the live threads and one more.
+    handles: Vec<JoinHandle<()>>,
     shutdown: bool,
 }
 
@@ -55,9 +71,12 @@ impl BlockingPool {
                     idle: 0,
                     notified: 0,
                     threads: 0,
+                    starting: 0,
+                    handles: Vec::new(),
                     shutdown: false,
                 }),
                 work: Condvar::new(),
+                exited: Condvar::new(),
                 max_threads,
                 keep_alive,
                 threads: AtomicUsize::new(0),
@@ -89,21 +108,34 @@ impl BlockingPool {
         }
         if state.threads < inner.max_threads {
             state.threads += 1;
+            state.starting += 1;
             drop(state);
-            if let Err(e) = start_thread(inner) {
-                let mut state = lock(&inner.state);
-                state.threads -= 1;
-                // If no thread exists at all, the job would wait for ever: take it back and
-                // report the error. Our own job — found by its number: another submitter may
-                // have queued one behind it meanwhile, whose coroutine waits for it (and whose
-                // borrows it uses). If ours is gone, a thread that existed meanwhile took it.
-                if state.threads == 0
-                    && let Some(i) = state.queue.iter().position(|(j, _)| *j == id)
-                {
-                    let ours = state.queue.remove(i);
-                    drop(state);
-                    drop(ours); // (its captures' destructors run outside the lock)
-                    return Err(e);
+            let started = start_thread(inner);
+            let mut state = lock(&inner.state);
+            state.starting -= 1;
+            if state.shutdown && state.starting == 0 {
+                inner.exited.notify_all();
+            }
+            match started {
+                Ok(handle) => {
+                    state.handles.retain(|h| !h.is_finished());
+                    state.handles.push(handle);
+                }
+                Err(e) => {
+                    state.threads -= 1;
+                    // If no thread exists at all, the job would wait for ever: take it back
+                    // and report the error. Our own job — found by its number: another
+                    // submitter may have queued one behind it meanwhile, whose coroutine waits
+                    // for it (and whose borrows it uses). If ours is gone, a thread that
+                    // existed meanwhile took it.
+                    if state.threads == 0
+                        && let Some(i) = state.queue.iter().position(|(j, _)| *j == id)
+                    {
+                        let ours = state.queue.remove(i);
+                        drop(state);
+                        drop(ours); // (its captures' destructors run outside the lock)
+                        return Err(e);
+                    }
                 }
             }
         }
@@ -115,14 +147,59 @@ impl BlockingPool {
         self.inner.threads.load(Ordering::Acquire)
     }
 
-    /// Stops accepting work; idle threads exit at once, busy ones after their job.
-    pub(crate) fn shutdown(&self) {
-        lock(&self.inner.state).shutdown = true;
-        self.inner.work.notify_all();
+    /// Whether the calling thread is one of this pool's (running one of its jobs).
+    pub(crate) fn is_own_thread(&self) -> bool {
+        SERVING
+            .try_with(|serving| ptr::eq(serving.get(), Arc::as_ptr(&self.inner)))
+            .unwrap_or(false)
+    }
+
+    /// Stops accepting work and joins the threads: idle ones exit at once, busy ones after the
+    /// jobs queued. Waits until `deadline` at most (`None`: as long as it takes); returns false
+    /// if threads were still busy then, which are left to finish on their own (detached).
+    ///
+    /// Not to be called on one of the pool's own threads ([`is_own_thread`]), which it would
+    /// wait for.
+    ///
+    /// [`is_own_thread`]: BlockingPool::is_own_thread
+    pub(crate) fn shutdown(&self, deadline: Option<Instant>) -> bool {
+        let inner = &self.inner;
+        let mut state = lock(&inner.state);
+        state.shutdown = true;
+        inner.work.notify_all();
+        // `starting`: a submission that found the pool open before the flag was set may still
+        // be starting its thread, whose handle we must not miss.
+        while state.threads > 0 || state.starting > 0 {
+            state = match deadline {
+                None => inner.exited.wait(state).unwrap_or_else(|e| e.into_inner()),
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        break;
+                    }
+                    inner
+                        .exited
+                        .wait_timeout(state, deadline - now)
+                        .map(|(s, _)| s)
+                        .unwrap_or_else(|e| e.into_inner().0)
+                }
+            };
+        }
+        let all_left = state.threads == 0 && state.starting == 0;
+        let handles = std::mem::take(&mut state.handles);
+        drop(state);
+        for handle in handles {
+            // Every thread has left its loop (only its exit is left to wait for), or this one
+            // has; one still in a job at the deadline is detached.
+            if all_left || handle.is_finished() {
+                let _ = handle.join();
+            }
+        }
+        all_left
     }
 }
 
-fn start_thread(inner: &Arc<Inner>) -> std::io::Result<()> {
+fn start_thread(inner: &Arc<Inner>) -> std::io::Result<JoinHandle<()>> {
     #[cfg(test)]
     if let Some(job) = lock(&inner.fail_next_start).take() {
         let id = u64::MAX;
@@ -133,10 +210,10 @@ fn start_thread(inner: &Arc<Inner>) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("spindle-blocking".into())
         .spawn(move || worker(inner))
-        .map(drop)
 }
 
 fn worker(inner: Arc<Inner>) {
+    SERVING.with(|serving| serving.set(Arc::as_ptr(&inner)));
     inner.threads.fetch_add(1, Ordering::AcqRel);
     let mut state = lock(&inner.state);
     loop {
@@ -169,6 +246,9 @@ fn worker(inner: Arc<Inner>) {
         }
     }
     state.threads -= 1;
+    if state.shutdown && state.threads == 0 {
+        inner.exited.notify_all();
+    }
     drop(state);
     inner.threads.fetch_sub(1, Ordering::AcqRel);
 }
@@ -280,6 +360,36 @@ mod tests {
             !mine.load(Ordering::SeqCst),
             "the failed submission's job ran"
         );
-        pool.shutdown();
+        assert!(pool.shutdown(None));
+    }
+
+    #[test]
+    fn a_shutdown_with_a_deadline_leaves_a_job_that_never_returns() {
+        // A job that blocks past the deadline: the shutdown returns false at the deadline
+        // instead of waiting for it, and leaves its thread to finish on its own.
+        let pool = BlockingPool::new(2, Duration::from_secs(5));
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let started = Arc::new(AtomicBool::new(false));
+        let started2 = started.clone();
+        pool.submit(Box::new(move || {
+            started2.store(true, Ordering::SeqCst);
+            let _ = released.recv();
+        }))
+        .unwrap();
+        while !started.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let begun = Instant::now();
+        assert!(!pool.shutdown(Some(begun + Duration::from_millis(50))));
+        assert!(
+            begun.elapsed() < Duration::from_secs(5),
+            "waited for the stuck job"
+        );
+        assert_eq!(
+            pool.threads(),
+            1,
+            "the busy thread is left to finish its job"
+        );
+        release.send(()).unwrap();
     }
 }

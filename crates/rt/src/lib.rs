@@ -108,7 +108,8 @@
 //! (a sleep, a join, a park) or the next one it reaches; its destructors run and `join` reports
 //! [`JoinError::Cancelled`]. A [`CancelGuard`] holds cancellation off through a critical
 //! section. Dropping the [`Runtime`] cancels every coroutine still alive, waits for them to
-//! unwind, and joins the worker threads.
+//! unwind, and joins the worker threads and the [`blocking`] pool's threads (a blocking job
+//! that never returns keeps the drop waiting: [`Runtime::shutdown_timeout`] bounds it).
 //!
 //! # Signals, `fork()` and other process-level faults
 //!

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{self, JoinHandle as ThreadJoin, Thread};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[cfg(feature = "sched-fifo")]
 use spindle_sched::Fifo;
@@ -692,7 +692,8 @@ impl WorkerUnpark {
 /// A running runtime: worker threads that run coroutines.
 ///
 /// Dropping it shuts it down: coroutines still alive are cancelled (each unwinds from where it
-/// is suspended, so its destructors run), then the worker threads are joined.
+/// is suspended, so its destructors run), then the worker threads and the blocking pool's
+/// threads are joined (see [`shutdown_timeout`](Runtime::shutdown_timeout)).
 pub struct Runtime {
     shared: Arc<Shared>,
     threads: Vec<ThreadJoin<()>>,
@@ -743,32 +744,49 @@ impl Runtime {
     }
 
     /// Shuts down: cancels every coroutine still alive, waits up to `timeout` for them to
-    /// unwind, then stops and joins the workers. Returns false if some coroutines were still
-    /// alive at the timeout (they are abandoned with their stacks: leaked, never freed under
-    /// them). Dropping the runtime does this with no timeout.
+    /// unwind, then stops and joins the workers, unmaps the pooled stacks, and joins the
+    /// blocking pool's threads (within what is left of `timeout`). Returns false if some
+    /// coroutines were still alive at the timeout (they are abandoned with their stacks:
+    /// leaked, never freed under them), or a blocking-pool thread was still running a job then
+    /// (it is detached and exits when its job returns). Dropping the runtime does this with no
+    /// timeout: a [`blocking`](crate::blocking()) job that never returns keeps its coroutine
+    /// alive, and the drop waits for it for ever.
     ///
     /// # Panics
     ///
-    /// If called (or the runtime dropped) in one of this runtime's own coroutines, which the
-    /// shutdown would wait for.
+    /// If called (or the runtime dropped) in one of this runtime's own coroutines, or in a job
+    /// on its own blocking pool, which the shutdown would wait for.
     pub fn shutdown_timeout(mut self, timeout: Duration) -> bool {
         self.shutdown(Some(timeout))
     }
 
     fn shutdown(&mut self, timeout: Option<Duration>) -> bool {
         let shared = &self.shared;
-        if crate::worker::current().is_some_and(|w| Arc::ptr_eq(&w.shared, shared)) {
-            // Shutdown waits for every coroutine to end, this one included: it would wait for
-            // ever. (From a coroutine of *another* runtime it only blocks that worker a while.)
-            const WHY: &str = "a Runtime was dropped (or shut down) by one of its own \
-                               coroutines, which shutdown would wait for: drop it outside the \
-                               runtime, e.g. after block_on returns";
+        // Shutdown waits for every coroutine to end: from one of them, or from a blocking job
+        // that one of them waits for, it would wait for ever. (From a coroutine of *another*
+        // runtime it only blocks that worker a while.)
+        let why = if crate::worker::current().is_some_and(|w| Arc::ptr_eq(&w.shared, shared)) {
+            Some(
+                "a Runtime was dropped (or shut down) by one of its own coroutines, which \
+                 shutdown would wait for: drop it outside the runtime, e.g. after block_on \
+                 returns",
+            )
+        } else if shared.blocking.is_own_thread() {
+            Some(
+                "a Runtime was dropped (or shut down) in a job on its own blocking pool, whose \
+                 coroutine shutdown would wait for: drop it outside the runtime, e.g. after \
+                 block_on returns",
+            )
+        } else {
+            None
+        };
+        if let Some(why) = why {
             if std::thread::panicking() {
                 // A second panic here would abort: say it and leave the runtime running.
-                eprintln!("spindle: {WHY}; it is left running");
+                eprintln!("spindle: {why}; it is left running");
                 return false;
             }
-            panic!("{WHY}");
+            panic!("{why}");
         }
         if shared.closing.swap(true, Ordering::SeqCst) && self.threads.is_empty() {
             return true;
@@ -781,16 +799,24 @@ impl Runtime {
         for task in shared.tasks.snapshot() {
             crate::join::cancel_task(&task);
         }
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let all_done = shared.tasks.wait_empty(timeout);
         shared.stop.store(true, Ordering::Release);
         shared.unpark_all();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        // No coroutine runs again (spawns are refused): the workers' stacks, which their
+        // exits moved to the shared pool, are unmapped now rather than when the last `Handle`
+        // goes. (Those of coroutines abandoned at the timeout are theirs, not the pool's.)
+        shared.stacks.shrink(0, 0);
         if let Some(m) = self.monitor.take() {
             m.stop();
         }
-        shared.blocking.shutdown();
+        // Every coroutine waits for its own blocking job: once they have all ended, the pool's
+        // threads are idle or about to be. The jobs of coroutines abandoned at the timeout may
+        // still run, and the deadline has passed: their threads are left to finish.
+        let pool_joined = shared.blocking.shutdown(deadline);
         // Whatever is still queued (coroutines that did not unwind by the timeout) is
         // abandoned: leaked with its stack, never dropped here — dropping would unwind a
         // coroutine on this thread, away from the worker it is bound to.
@@ -803,7 +829,7 @@ impl Runtime {
             // here (as above). So the shared state is leaked with them.
             std::mem::forget(Arc::clone(shared));
         }
-        all_done
+        all_done && pool_joined
     }
 }
 

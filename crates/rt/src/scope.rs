@@ -103,8 +103,8 @@ impl<T> Drop for ScopedJoin<'_, T> {
 /// Runs `f` with a [`Scope`] on which it can spawn coroutines that borrow from the caller; all
 /// of them are joined before `scope` returns.
 ///
-/// Works like [`std::thread::scope`], in a coroutine (it suspends only the caller while it
-/// waits) or on a worker thread of a runtime:
+/// Works like [`std::thread::scope`], in a coroutine of a runtime (it suspends only the
+/// caller while it waits):
 /// * every child is joined before `scope` returns (even if `f` or a child panics);
 /// * if `f` panics, or a child panics, the children still running are **cancelled** (they
 ///   unwind from their next suspension point), then joined; then the panic continues from
@@ -114,6 +114,10 @@ impl<T> Drop for ScopedJoin<'_, T> {
 ///   before anything unwinds past `scope` (they may borrow from its caller): a cancellation
 ///   that unwound `f` continues from `scope` once they have finished, and one that comes
 ///   while `scope` waits for them takes effect at the coroutine's next suspension point.
+///
+/// A scope keeps what it needs of its children, not all it ever spawned: those that may still
+/// run and those that panicked without being joined. A long-lived scope (a server whose
+/// connection coroutines borrow from the caller) holds memory for its running children only.
 ///
 /// ```
 /// let rt = spindle_rt::Runtime::builder().workers(2).build()?;
@@ -132,7 +136,9 @@ impl<T> Drop for ScopedJoin<'_, T> {
 ///
 /// # Panics
 ///
-/// Outside a runtime, and as described above.
+/// Outside a coroutine of a runtime — on a runtime's worker thread too, in code the worker runs
+/// as its own (a detached coroutine's value dropped when it finishes, say): the children would
+/// be queued on the worker that the scope's wait blocks — and as described above.
 pub fn scope<'env, F, T>(f: F) -> T
 where
     F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> T,
@@ -140,10 +146,21 @@ where
     let Some(shared) = worker::current_shared() else {
         panic!("spindle_rt::scope called outside a runtime: call it from a coroutine");
     };
+    if !spindle_park::in_task() {
+        panic!(
+            "spindle_rt::scope called on a runtime's worker thread outside its coroutines (a \
+             destructor the worker runs, say): it would block the worker, which may be the one \
+             that must run the children; call it from a coroutine, or spawn the work instead"
+        );
+    }
     let scope = Scope {
         shared,
         children: Arc::new(Children {
-            tasks: Mutex::new(Vec::new()),
+            list: Mutex::new(ChildList {
+                tasks: Vec::new(),
+                waited: 0,
+                prune_at: ChildList::MIN_PRUNE_AT,
+            }),
             failed: AtomicBool::new(false),
         }),
         _scope: PhantomData,
@@ -161,22 +178,24 @@ where
     // Join every child (their handles may be gone: wait on the tasks themselves). Children
     // may spawn more children through the shared `&Scope` until they finish, so the list can
     // grow while we wait: take its entries one at a time until none is left. Each entry is
-    // pushed before it can run, by the body or a child that has not finished yet, so once every
-    // entry has finished nothing can add another. (The list is not taken out: a child that
-    // fails while we wait still finds its siblings there to cancel.)
-    let mut waited = 0;
+    // pushed by the body or a child that has not finished yet (and so is still in the list:
+    // pruning keeps unfinished children), so once every entry has finished nothing can add
+    // another. (The list is not taken out: a child that fails while we wait still finds its
+    // siblings there to cancel. The cursor lives in the list, which a spawn meanwhile may
+    // prune.)
     while let Some(task) = {
-        let tasks = lock(&scope.children.tasks);
-        tasks.get(waited).cloned()
+        let mut list = lock(&scope.children.list);
+        let next = list.tasks.get(list.waited).cloned();
+        list.waited += usize::from(next.is_some());
+        next
     } {
-        waited += 1;
         wait_done(&task, Some(&scope.children));
     }
     // Only now take a child's panic: while a sibling still runs it may hold the failed
     // child's handle and join it (which consumes the panic); taken from under it, its join
     // found no result and waited for ever — and so did the scope, for that sibling. Now every
     // handle's holder (the body, a child) has finished.
-    let tasks = std::mem::take(&mut *lock(&scope.children.tasks));
+    let tasks = std::mem::take(&mut lock(&scope.children.list).tasks);
     let child_panic = tasks.iter().find_map(|task| {
         let panic = task.join().with_result(&task.header().state, |result| {
             result.take_if(|r| matches!(r, Err(Failure::Panicked(_))))
@@ -222,14 +241,75 @@ fn wait_done<T>(task: &TypedTask<T>, children: Option<&Children>) {
 
 /// The children of one scope.
 struct Children {
-    tasks: Mutex<Vec<TypedTask<()>>>,
+    list: Mutex<ChildList>,
     failed: AtomicBool,
+}
+
+/// The children a scope still needs, in spawn order: those that may not have finished (to
+/// cancel and wait for) and finished ones whose panic nobody took (to propagate). The others
+/// are pruned as the list grows, so a long-lived scope holds its running children, not every
+/// child it ever spawned.
+struct ChildList {
+    tasks: Vec<TypedTask<()>>,
+    /// How many of `tasks`, from the start, the scope's final wait has taken.
+    waited: usize,
+    /// The length of `tasks` at which the next spawn prunes it: twice what the last pruning
+    /// kept, so that pruning costs O(1) per spawn, amortised.
+    prune_at: usize,
+}
+
+impl ChildList {
+    const MIN_PRUNE_AT: usize = 64;
+
+    /// Adds a child; first prunes the list if it has grown enough. Returns the pruned
+    /// children, for the caller to drop outside the lock (a task's last reference may go).
+    fn push(&mut self, task: TypedTask<()>) -> Vec<TypedTask<()>> {
+        let pruned = if self.tasks.len() >= self.prune_at {
+            self.prune()
+        } else {
+            Vec::new()
+        };
+        self.tasks.push(task);
+        pruned
+    }
+
+    /// Drops the children the scope no longer needs (keeping the order of the rest and the
+    /// final wait's place among them); returns them.
+    fn prune(&mut self) -> Vec<TypedTask<()>> {
+        let mut kept = 0;
+        let mut kept_before_cursor = 0;
+        for i in 0..self.tasks.len() {
+            if still_needed(&self.tasks[i]) {
+                self.tasks.swap(kept, i);
+                kept += 1;
+                if i < self.waited {
+                    kept_before_cursor += 1;
+                }
+            }
+        }
+        let pruned = self.tasks.split_off(kept);
+        self.waited = kept_before_cursor;
+        self.prune_at = (2 * kept).max(Self::MIN_PRUNE_AT);
+        // A spike's capacity goes too, down to what the list may grow to before the next prune.
+        self.tasks.shrink_to(self.prune_at);
+        pruned
+    }
+}
+
+/// Whether a scope still needs `task`: it may not have finished, or it panicked and nobody
+/// took the panic (by joining its handle).
+fn still_needed(task: &TypedTask<()>) -> bool {
+    task.join()
+        .with_result(&task.header().state, |result| {
+            matches!(result, Some(Err(Failure::Panicked(_))))
+        })
+        .unwrap_or(true)
 }
 
 impl Children {
     fn cancel_all(&self) {
         self.failed.store(true, Ordering::Release);
-        let tasks: Vec<_> = lock(&self.tasks).clone();
+        let tasks: Vec<_> = lock(&self.list).tasks.clone();
         for t in tasks {
             crate::join::cancel_task(t.task_ref());
         }
@@ -247,7 +327,7 @@ pub struct Scope<'scope, 'env: 'scope> {
 impl fmt::Debug for Scope<'_, '_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Scope")
-            .field("children", &lock(&self.children.tasks).len())
+            .field("children_kept", &lock(&self.children.list).tasks.len())
             .finish()
     }
 }
@@ -283,7 +363,8 @@ impl<'scope> Scope<'scope, '_> {
         // The scope waits for this child (below, through `children`), not the handle.
         join.wait_on_drop = false;
         let task = join.handle.as_ref().expect("fresh").task.clone();
-        lock(&self.children.tasks).push(task);
+        let pruned = lock(&self.children.list).push(task);
+        drop(pruned);
         if self.children.failed.load(Ordering::Acquire) {
             join.handle.as_ref().expect("fresh").cancel();
         }
