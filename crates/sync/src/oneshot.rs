@@ -619,7 +619,7 @@ impl<T> Receiver<T> {
     /// ```
     pub fn recv_async(&self) -> RecvFuture<'_, T> {
         RecvFuture {
-            inner: self.inner(),
+            rx: self,
             token: None,
         }
     }
@@ -686,10 +686,20 @@ impl<T> Drop for Receiver<T> {
 /// dropped without sending (or the message was received already).
 #[must_use = "futures do nothing unless polled"]
 pub struct RecvFuture<'a, T> {
-    inner: &'a Inner<T>,
+    /// The receiver, not its `&Inner<T>` (which is neither `Send` nor `Sync`): so the future
+    /// is `Send` and `Sync` as the receiver is, for `T: Send`.
+    rx: &'a Receiver<T>,
     /// Its registration while it waits.
     token: Option<u64>,
 }
+
+// The futures of a oneshot can be moved to and shared with other threads, like the channels'
+// (checked at compile time, so that a field change cannot make them `!Send` again).
+const _: fn() = || {
+    fn send_and_sync<F: Send + Sync>() {}
+    send_and_sync::<RecvFuture<'static, u32>>();
+    send_and_sync::<ReceiverFuture<u32>>();
+};
 
 impl<T> Unpin for RecvFuture<'_, T> {}
 
@@ -698,13 +708,13 @@ impl<T> Future for RecvFuture<'_, T> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        this.inner.poll_recv(&mut this.token, cx)
+        this.rx.inner().poll_recv(&mut this.token, cx)
     }
 }
 
 impl<T> Drop for RecvFuture<'_, T> {
     fn drop(&mut self) {
-        self.inner.abandon(&mut self.token);
+        self.rx.inner().abandon(&mut self.token);
     }
 }
 
@@ -783,7 +793,16 @@ struct SelectArm<'a, T> {
 }
 
 impl<T> Arm for SelectArm<'_, T> {
+    fn spent(&self) -> bool {
+        self.out.is_some()
+    }
+
     fn try_now(&mut self) -> bool {
+        if self.spent() {
+            // Completed in an earlier wait of this select: a second "completion" would only
+            // overwrite the message with `RecvError` (see `Arm`).
+            return false;
+        }
         match self.inner.try_take() {
             Some(outcome) => {
                 *self.out = Some(outcome);
@@ -794,6 +813,9 @@ impl<T> Arm for SelectArm<'_, T> {
     }
 
     fn register(&mut self, cx: &Arc<Waiter>, op: usize) -> bool {
+        if self.spent() {
+            return false; // waits nowhere
+        }
         // Ready (`true`) if the outcome is there: the select takes it with `try_now`.
         self.inner
             .register(|_| Waiting::Select { cx: cx.clone(), op })
@@ -801,6 +823,9 @@ impl<T> Arm for SelectArm<'_, T> {
     }
 
     fn unregister(&mut self, cx: &Arc<Waiter>) {
+        if self.spent() {
+            return; // registered nowhere
+        }
         let removed = self
             .inner
             .deregister(|w| matches!(w, Waiting::Select { cx: c, .. } if Arc::ptr_eq(c, cx)));

@@ -10,7 +10,9 @@
 //! 2. **Register** the waiter in every arm's channel (one queue entry per arm, all pointing to
 //!    the same record, each with its arm's index and a message slot). While registering, each
 //!    channel says whether its operation could complete now (a message arrived between 1 and
-//!    2); if so, the select aborts its record, unregisters, and goes back to 1.
+//!    2); if so, it does not queue that arm (a queued receive could be handed a newer message
+//!    than the one buffered), and the select aborts its record, unregisters, and goes back to
+//!    1. An arm that completed in an earlier wait of the same `Select` registers nowhere.
 //! 3. **Park once.** A peer completes exactly one arm: it claims the record with one
 //!    compare-and-swap (so two channels can never both complete it), moves the message into or
 //!    out of that arm's slot, and wakes the task. A deadline aborts the record with the same
@@ -49,7 +51,15 @@ pub(crate) mod sealed {
     }
 
     /// One arm of a select, type-erased.
+    ///
+    /// An arm completes at most once per `Select`: once it has (its `out` holds a result), it
+    /// is *spent*, and `try_now` and `register` return
+    /// false without touching its channel, so that a later wait neither takes another message
+    /// (dropping the first: the caller cannot read `out` before the `Select` is dropped) nor
+    /// reports the arm again.
     pub trait Arm {
+        /// Whether this arm has completed already (see above).
+        fn spent(&self) -> bool;
         /// Tries the operation without waiting; true if it completed (the result is stored).
         fn try_now(&mut self) -> bool;
         /// Registers `cx` with operation index `op`; true if the operation could complete now.
@@ -112,7 +122,14 @@ struct RecvArm<'a, T> {
 }
 
 impl<T> Arm for RecvArm<'_, T> {
+    fn spent(&self) -> bool {
+        self.out.is_some()
+    }
+
     fn try_now(&mut self) -> bool {
+        if self.spent() {
+            return false;
+        }
         match self.chan.try_recv() {
             Ok(msg) => *self.out = Some(Ok(msg)),
             Err(TryRecvError::Disconnected) => *self.out = Some(Err(RecvError)),
@@ -122,14 +139,19 @@ impl<T> Arm for RecvArm<'_, T> {
     }
 
     fn register(&mut self, cx: &Arc<Waiter>, op: usize) -> bool {
+        if self.spent() {
+            return false; // waits nowhere (see `Arm`)
+        }
         let (slot, ready) = self.chan.register_recv(cx, op);
         self.slot = Some(slot);
         ready
     }
 
     fn unregister(&mut self, cx: &Arc<Waiter>) {
-        self.chan.unregister_recv(cx);
-        self.slot = None;
+        // (No slot: spent, registered nowhere.)
+        if self.slot.take().is_some() {
+            self.chan.unregister_recv(cx);
+        }
     }
 
     fn complete(&mut self) {
@@ -161,6 +183,10 @@ struct SendArm<'a, T> {
 }
 
 impl<T> Arm for SendArm<'_, T> {
+    fn spent(&self) -> bool {
+        self.out.is_some()
+    }
+
     fn try_now(&mut self) -> bool {
         let Some(msg) = self.msg.take() else {
             return false;
@@ -245,7 +271,7 @@ impl<T> Arm for SendArm<'_, T> {
 /// # Specification
 ///
 /// * [`wait`](Select::wait): blocks until one arm completes; returns `Some(index)`. With no
-///   arms it returns `None` at once.
+///   arms (or none left: see below) it returns `None` at once.
 /// * [`wait_timeout`](Select::wait_timeout) / [`wait_deadline`](Select::wait_deadline): `None`
 ///   if the deadline passes first (no arm completed, every send message is dropped with the
 ///   builder).
@@ -257,8 +283,11 @@ impl<T> Arm for SendArm<'_, T> {
 /// * **Spurious wake-ups**: none. **Fairness**: arms are tried starting at a random one.
 /// * **Budget**: every blocking wait (not [`try_wait`](Select::try_wait)) counts against the
 ///   runtime's cooperative budget before it tries an arm, as a blocking `send`/`recv` does.
-/// * Waiting again on the same `Select` retries its arms; a send arm that has completed has no
-///   message left and never completes again.
+/// * **Each arm completes at most once per `Select`.** Waiting again on the same `Select`
+///   retries the arms that have not completed; one that has is spent: a receive arm does not
+///   take another message (its `out` holds the first until the `Select` is dropped), a send
+///   arm has no message left. Once every arm is spent, a wait acts as with no arms: `wait`
+///   and `try_wait` return `None` at once, a timed wait sleeps out its timeout.
 pub struct Select<'a> {
     arms: Vec<Box<dyn Arm + 'a>>,
 }
@@ -340,7 +369,9 @@ impl<'a> Select<'a> {
 
     fn run(&mut self, deadline: Option<Instant>, nonblocking: bool) -> Option<usize> {
         let n = self.arms.len();
-        if n == 0 {
+        if self.arms.iter().all(|arm| arm.spent()) {
+            // No arms, or every arm completed in an earlier wait: nothing can complete (and a
+            // `wait` would park for ever).
             if let (Some(deadline), false) = (deadline, nonblocking) {
                 // Only a timeout: sleep it out.
                 while crate::loom::park_until(deadline) == crate::loom::Wake::Woken {}
@@ -492,7 +523,8 @@ fn random_below(n: usize) -> usize {
 ///
 /// Any number of `recv` and `send` arms (on [`mpsc`](crate::mpsc), [`mpmc`](crate::mpmc) and
 /// [`oneshot`](crate::oneshot) handles, in any mix) and at most one of `default`, `timeout`,
-/// `deadline`. Bodies are blocks or expressions followed by a comma; the `select!` is an
+/// `deadline`, and at least one arm in all (`select! {}` does not compile: nothing could
+/// complete it). Bodies are blocks or expressions followed by a comma; the `select!` is an
 /// expression whose value is the body's that ran. The receiver, sender and message
 /// expressions are all evaluated first, in order; messages of send arms that do not run are
 /// dropped. See [`Select`] for the semantics and the design (no coroutine per arm).
@@ -519,6 +551,10 @@ fn random_below(n: usize) -> usize {
 /// total += rx.try_iter().sum::<u32>();
 /// assert_eq!(total, 1);
 /// ```
+///
+/// ```compile_fail
+/// spindle_sync::select! {} // error: select! needs at least one arm
+/// ```
 #[macro_export]
 macro_rules! select {
     ($($tokens:tt)*) => {
@@ -531,6 +567,11 @@ macro_rules! select {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __select_parse {
+    // No arm at all: it could only block for ever (`Select::wait` returns `None` at once,
+    // for which a `select!` has no body).
+    (() () ()) => {
+        ::core::compile_error!("select! needs at least one arm")
+    };
     // End.
     (($($arms:tt)*) ($($special:tt)*) ()) => {
         $crate::__select_gen!(($($arms)*) ($($special)*))

@@ -775,38 +775,52 @@ impl<T> Chan<T> {
     // Select support: register / unregister a passive waiter, and whether an operation could
     // complete now.
 
-    /// Registers a waiting receive for `cx` (operation `op`); returns its slot and whether a
-    /// receive could complete now (then the caller aborts and retries instead of parking).
+    /// Registers a waiting receive for `cx` (operation `op`) and returns its slot and
+    /// `false`; or, if a receive could complete now, returns `true` *without* registering
+    /// (the caller aborts and retries instead of parking; its
+    /// [`unregister_recv`](Self::unregister_recv) then finds nothing).
+    ///
+    /// Not queued when ready: an entry queued while the buffer holds a message broke the
+    /// invariant "receivers wait only while the buffer is empty", and a sender could claim it
+    /// (the select's record still waiting, before its abort) and hand it a newer message while
+    /// the older one stayed in the buffer, out of order.
     pub(crate) fn register_recv(&self, cx: &Arc<Waiter>, op: usize) -> (Arc<Slot<T>>, bool) {
         let slot = Slot::new_arc(None);
         let mut st = self.lock();
-        st.receivers.push_back(Entry {
-            link: Link::Select(cx.clone(), slot.clone()),
-            op,
-        });
         let ready = !st.buf.is_empty()
             || st.tx_gone
             || st
                 .senders
                 .iter()
                 .any(|e| !std::ptr::eq(e.cx(), &**cx) && e.cx().is_waiting());
+        if !ready {
+            st.receivers.push_back(Entry {
+                link: Link::Select(cx.clone(), slot.clone()),
+                op,
+            });
+        }
         (slot, ready)
     }
 
-    /// Registers a waiting send of the message in `slot`; returns whether a send could
-    /// complete now.
+    /// Registers a waiting send of the message in `slot` and returns `false`; or, if a send
+    /// could complete now, returns `true` without registering, as
+    /// [`register_recv`](Self::register_recv) does (senders wait only while the buffer is
+    /// full).
     pub(crate) fn register_send(&self, cx: &Arc<Waiter>, op: usize, slot: &Arc<Slot<T>>) -> bool {
         let mut st = self.lock();
-        st.senders.push_back(Entry {
-            link: Link::Select(cx.clone(), slot.clone()),
-            op,
-        });
-        st.rx_gone
+        let ready = st.rx_gone
             || self.cap.is_none_or(|cap| st.buf.len() < cap)
             || st
                 .receivers
                 .iter()
-                .any(|e| !std::ptr::eq(e.cx(), &**cx) && e.cx().is_waiting())
+                .any(|e| !std::ptr::eq(e.cx(), &**cx) && e.cx().is_waiting());
+        if !ready {
+            st.senders.push_back(Entry {
+                link: Link::Select(cx.clone(), slot.clone()),
+                op,
+            });
+        }
+        ready
     }
 
     /// Removes `cx`'s waiting receive from the queue; false if it is not there (a completer
@@ -1091,5 +1105,44 @@ impl<T> fmt::Debug for RecvFuture<'_, T> {
         f.debug_struct("RecvFuture")
             .field("waiting", &self.pending.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A select's receive that registers while the buffer holds a message is ready and not
+    /// queued: a send in the gap before the select aborts its record goes into the buffer,
+    /// behind that message, instead of being handed to the select (which then received the
+    /// newer message first; review 17). Deterministic form of `tests/review17_select_fifo.rs`.
+    #[test]
+    fn a_ready_select_receive_is_not_queued() {
+        let chan = Chan::<u32>::new(None);
+        chan.try_send(1).unwrap();
+        let cx = Waiter::new();
+        let (slot, ready) = chan.register_recv(&cx, 0);
+        assert!(ready);
+        chan.try_send(2).unwrap();
+        assert!(cx.try_abort(), "the sender claimed the select's record");
+        assert!(!chan.unregister_recv(&cx));
+        // SAFETY: never queued, and the record is aborted: the slot is ours alone.
+        assert_eq!(unsafe { slot.take() }, None);
+        assert_eq!(chan.try_recv(), Ok(1));
+        assert_eq!(chan.try_recv(), Ok(2));
+    }
+
+    /// The same for a send arm on a channel with room: a receive in the gap finds nothing.
+    #[test]
+    fn a_ready_select_send_is_not_queued() {
+        let chan = Chan::<u32>::new(Some(1));
+        let cx = Waiter::new();
+        let slot = Slot::new_arc(Some(7));
+        assert!(chan.register_send(&cx, 0, &slot));
+        assert_eq!(chan.try_recv(), Err(TryRecvError::Empty));
+        assert!(cx.try_abort(), "the receiver claimed the select's record");
+        assert!(!chan.unregister_send(&cx));
+        // SAFETY: as above.
+        assert_eq!(unsafe { slot.take() }, Some(7));
     }
 }
