@@ -7,7 +7,7 @@ use std::mem::{self, ManuallyDrop};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::ptr::{self, NonNull};
 
-use spindle_context::{Context, Entry, Link, STACK_RESERVED, Transfer};
+use spindle_context::{Context, Entry, Link, MIN_STACK_SIZE, STACK_RESERVED, Transfer};
 use spindle_stack::{Owner, Stack, StackError, StackPool};
 #[cfg(feature = "stack-shared")]
 use spindle_stack::{SharedSlot, SharedStack};
@@ -150,6 +150,8 @@ pub struct Coroutine<Input, Yield, Return, S: Stack = DefaultStack> {
     /// The closure, until the first resume.
     initial: Option<Initial>,
     state: State,
+    /// [`Builder::allow_suspend_while_unwinding`] was set.
+    suspend_while_unwinding: bool,
     id: u64,
     /// The sanitizers' view of the coroutine (zero-sized unless a sanitizer cfg is set).
     fiber: Fiber,
@@ -204,6 +206,26 @@ impl<Input> std::error::Error for ResumeError<Input> {}
 /// capture cannot eat the stack.
 const MAX_CLOSURE_ON_STACK: usize = 1024;
 
+/// The least stack below the closure slot that a coroutine is built with: the context's
+/// reserved words and the smallest stack a context accepts. (With the slot, which takes less
+/// than `2 * MAX_CLOSURE_ON_STACK` bytes, well under a page.)
+const MIN_FRAME_ROOM: usize = STACK_RESERVED + MIN_STACK_SIZE;
+
+/// A stack without room for the coroutine's first frame was given to a coroutine (`usable`
+/// is `None` if its top lies below its limit).
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn stack_too_small(usable: Option<usize>) -> ! {
+    match usable {
+        Some(usable) => panic!(
+            "the stack given to the coroutine is too small for its first frame ({usable} usable \
+             bytes); use a stack of at least a page"
+        ),
+        None => panic!("the stack given to the coroutine has its top below its limit"),
+    }
+}
+
 impl<Input, Yield, Return> Coroutine<Input, Yield, Return, DefaultStack>
 where
     Input: 'static,
@@ -249,6 +271,11 @@ where
     /// assert_eq!(co.resume(()), CoroutineResult::Return(42));
     /// # Ok::<(), spindle_stack::StackError>(())
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// As [`Builder::build_with_stack`]: only for a foreign [`Stack`] too small for the
+    /// coroutine's first frame.
     pub fn with_stack<F>(stack: S, f: F) -> Self
     where
         F: FnOnce(&Yielder<Input, Yield>, Input) -> Return + 'static,
@@ -291,7 +318,10 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
     /// * If the coroutine has already finished, or — for shared stacks only — if the switch
     ///   cannot happen (see [`try_resume`](Coroutine::try_resume), which returns these as
     ///   errors instead).
-    #[inline]
+    // Always inlined: a scheduler's resume is its hot path, and out of line it costs a call,
+    // a return and the saves around them on every switch (the inliner's size estimate counts
+    // the switch's checks, which are mostly cold).
+    #[inline(always)]
     pub fn resume(&mut self, input: Input) -> CoroutineResult<Yield, Return> {
         match self.try_resume(input) {
             Ok(result) => result,
@@ -304,11 +334,12 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
     /// could not be switched (out of memory for the save buffer, or the region is occupied by
     /// the running coroutine — a coroutine cannot resume another one on its own region).
     /// A panic inside the coroutine is still re-raised.
-    #[inline]
+    #[inline(always)]
     pub fn try_resume(
         &mut self,
         input: Input,
     ) -> Result<CoroutineResult<Yield, Return>, ResumeError<Input>> {
+        prepare_resuming_thread();
         if S::COPYING {
             // SAFETY: we are on the thread that owns the stack (the coroutine is !Send), in the
             // resumer, not on the region (a coroutine running on it would be its occupant and
@@ -340,6 +371,9 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
     /// Switches into the coroutine with `data` (`Context::resume` with our link), the
     /// sanitizers told (see the `sanitizer` module; nothing but the switch without them).
     ///
+    /// Aborts if the coroutine suspended while it unwinds (see
+    /// [`suspended_while_unwinding`](Self::suspended_while_unwinding)).
+    ///
     /// # Safety
     ///
     /// `context` is this coroutine's suspended context, its stack alive and holding its
@@ -347,6 +381,12 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
     /// switches back, or `UNWIND`).
     #[inline(always)]
     unsafe fn switch_in(&mut self, context: Context, data: usize) -> Transfer {
+        // The panic count is the thread's: if it is higher when the coroutine switches back
+        // than it was here, a panic is in flight on the coroutine's stack. (Not watched for a
+        // coroutine allowed to suspend while it unwinds, except in a forced unwind: two reads
+        // of the count per resume that a scheduler's hot path need not pay.)
+        let watch = !self.suspend_while_unwinding || data == UNWIND;
+        let resumer_panicking = watch && std::thread::panicking();
         // SAFETY: the switch follows, `leave` right after it; the stack's bounds do not change
         // while it lives, and the coroutine has a context, so it has not finished.
         let resumer = unsafe { self.fiber.enter(self.stack.limit(), self.stack.top()) };
@@ -354,7 +394,39 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
         let t = unsafe { context.resume(data, self.link) };
         // SAFETY: right after the switch back, with what `enter` returned.
         unsafe { sanitizer::leave(resumer) };
+        if watch && std::thread::panicking() && !resumer_panicking {
+            self.suspended_while_unwinding(t.data, data == UNWIND);
+        }
         t
+    }
+
+    /// The coroutine switched back while a panic of its own is in flight (only a suspend
+    /// can do that: a finished coroutine's panic was caught at its entry). It suspended while
+    /// it unwinds — from a destructor, or from the panic hook. Aborts, unless `forced` is
+    /// false and the builder allowed it: then the resumer carries on, panicking as far as
+    /// `std::thread::panicking()` can tell, until the coroutine's unwind ends.
+    #[cold]
+    #[inline(never)]
+    fn suspended_while_unwinding(&self, word: usize, forced: bool) {
+        if word & TAG != YIELDED || (!forced && self.suspend_while_unwinding) {
+            return;
+        }
+        let why = if forced {
+            "called Yielder::suspend from a destructor during the forced unwind of its drop, \
+             which cannot go on"
+        } else {
+            "called Yielder::suspend during a panic's unwind (from a destructor or the panic \
+             hook), which would leave its resumer with std::thread::panicking() = true, \
+             poisoning every lock it releases (Builder::allow_suspend_while_unwinding allows it \
+             for resumers written for that)"
+        };
+        let line = format!(
+            "spindle: a coroutine cannot suspend while it unwinds: coroutine #{} {why}; \
+             aborting\n",
+            self.id
+        );
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+        std::process::abort()
     }
 
     /// Copying stacks: makes the region ours (evicting its occupant), and on the first resume
@@ -469,6 +541,19 @@ fn resume_failed<Input>(e: &ResumeError<Input>) -> ! {
     panic!("{e}")
 }
 
+/// Makes sure the resuming thread has what the stacks' fault handler needs (an alternate
+/// signal stack): the coroutine may have been built on another thread and moved here
+/// (through [`SendCoroutine`]). One thread-local check after the first time. Inlined: the
+/// thread-local address it computes is used at once, in the resumer's frame, which stays on
+/// its thread until the resume returns (DESIGN invariant 2 is about a coroutine's own frames
+/// across its suspends).
+#[inline]
+fn prepare_resuming_thread() {
+    // Without an alternate signal stack an overflow still dies, as a bare SIGSEGV instead of
+    // the message (and a growable stack cannot grow); not worth refusing the resume for.
+    let _ = spindle_stack::prepare_thread();
+}
+
 impl<Input, Yield, Return, S: Stack> Drop for Coroutine<Input, Yield, Return, S> {
     fn drop(&mut self) {
         match self.state {
@@ -499,6 +584,10 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
     /// `suspend` unwinds, until it has finished. Returns false if it could not even be switched
     /// to (a copying stack that cannot take it back): then its frames must be leaked.
     fn force_unwind(&mut self) -> bool {
+        // This may run from a thread-local destructor at thread exit, after std removed the
+        // thread's alternate signal stack: ask the OS, not the thread's cached answer. (An
+        // error leaves overflow and growth without their handler stack, as at creation.)
+        let _ = spindle_stack::prepare_thread_uncached();
         let mut escaped = None;
         while self.state != State::Finished {
             if S::COPYING {
@@ -635,6 +724,7 @@ where
 #[derive(Debug, Default, Clone)]
 pub struct Builder {
     name: Option<String>,
+    suspend_while_unwinding: bool,
 }
 
 impl Builder {
@@ -646,6 +736,21 @@ impl Builder {
     /// Names the coroutine (only the first 48 bytes are kept by stacks for messages).
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
+        self
+    }
+
+    /// Lets the coroutine [`suspend`](Yielder::suspend) while it unwinds from a panic (a
+    /// destructor that waits for something on the way out), which otherwise aborts the
+    /// process (see the [crate docs](crate#documented-aborts)).
+    ///
+    /// Rust counts panics per thread, not per stack: until the coroutine's unwind is over,
+    /// `std::thread::panicking()` reads `true` in its resumer and in everything the resumer
+    /// runs meanwhile, and every `std::sync::Mutex` or `RwLock` guard dropped there poisons
+    /// its lock. Allow it only for a resumer written for that (a scheduler that only runs
+    /// coroutines, whose own locks ignore poisoning). A suspend during the forced unwind of a
+    /// coroutine being dropped still aborts: that unwind cannot go on.
+    pub fn allow_suspend_while_unwinding(mut self) -> Self {
+        self.suspend_while_unwinding = true;
         self
     }
 
@@ -671,6 +776,12 @@ impl Builder {
 
     /// Creates the coroutine on `stack` (any kind but a copying one; see
     /// [`build_shared`](Builder::build_shared)).
+    ///
+    /// # Panics
+    ///
+    /// If the stack has no room for the coroutine's first frame (the closure, when it is kept
+    /// on the stack, and a few hundred bytes). A stack of a page or more always has room, so
+    /// only a foreign [`Stack`] implementation can be that small.
     pub fn build_with_stack<Input, Yield, Return, S, F>(
         self,
         stack: S,
@@ -729,26 +840,42 @@ impl Builder {
         Return: 'static,
         S: Stack,
     {
+        let top = stack.top().as_ptr() as usize;
+        let in_place = mem::size_of::<F>() <= MAX_CLOSURE_ON_STACK
+            && mem::align_of::<F>() <= MAX_CLOSURE_ON_STACK
+            && !S::COPYING;
+        // The closure slot sits right under the top, the context's own area right under it.
+        let (slot, vtable): (usize, &'static InitialVtable) = if in_place {
+            let align = mem::align_of::<F>().max(16);
+            (
+                top.wrapping_sub(mem::size_of::<F>()) & !(align - 1),
+                &Vtables::<F, Input, Yield, Return>::IN_PLACE,
+            )
+        } else {
+            (
+                top.wrapping_sub(16),
+                &Vtables::<F, Input, Yield, Return>::BOXED,
+            )
+        };
+        // A real check, not a debug one: a foreign `Stack` may be that small, and everything
+        // below writes under `top` on the strength of it.
+        let limit = stack.limit().as_ptr() as usize;
+        let room = if slot <= top {
+            slot.checked_sub(limit)
+        } else {
+            None
+        };
+        if room.is_none_or(|room| room < MIN_FRAME_ROOM) {
+            stack_too_small(top.checked_sub(limit));
+        }
         let id = id::next();
         stack.set_owner(Owner {
             id,
             name: self.name.as_deref(),
         });
-        let top = stack.top().as_ptr() as usize;
-        let in_place = mem::size_of::<F>() <= MAX_CLOSURE_ON_STACK && !S::COPYING;
-        // The closure slot sits right under the top, the context's own area right under it.
-        let (slot, vtable): (usize, &'static InitialVtable) = if in_place {
-            let align = mem::align_of::<F>().max(16);
-            (
-                (top - mem::size_of::<F>()) & !(align - 1),
-                &Vtables::<F, Input, Yield, Return>::IN_PLACE,
-            )
-        } else {
-            (top - 16, &Vtables::<F, Input, Yield, Return>::BOXED)
-        };
         let closure: *mut u8 = if in_place {
-            // SAFETY: the stack is ours and unused; `slot` is aligned for F and inside it (a
-            // stack is far larger than MAX_CLOSURE_ON_STACK plus the reserved words).
+            // SAFETY: the stack is ours and unused; `slot` is aligned for F and inside it, with
+            // room below (checked above).
             unsafe { (slot as *mut F).write(f) };
             slot as *mut u8
         } else {
@@ -760,7 +887,7 @@ impl Builder {
             boxed
         };
         // `slot` is 16-aligned in both cases, so it is the context's top as is.
-        // SAFETY: non-null: below a stack's top, far above address 0.
+        // SAFETY: non-null: at least MIN_FRAME_ROOM above the stack's limit (checked above).
         let context_top = unsafe { NonNull::new_unchecked(slot as *mut u8) };
         // SAFETY: `Context::new` prepares (for copying stacks: will prepare, on the first
         // resume) this stack at `context_top`.
@@ -768,8 +895,8 @@ impl Builder {
         let context = if S::COPYING {
             None // built on the region at the first resume, when the region is ours
         } else {
-            let size = slot - stack.limit().as_ptr() as usize;
-            debug_assert!(size > STACK_RESERVED + spindle_context::MIN_STACK_SIZE);
+            // At least MIN_FRAME_ROOM: checked above.
+            let size = slot - limit;
             // SAFETY: `[limit, slot)` is unused stack memory owned by `stack`, which the
             // coroutine keeps alive until the context is gone.
             Some(unsafe { Context::new(context_top, size, vtable.entry) })
@@ -784,6 +911,7 @@ impl Builder {
                 vtable,
             }),
             state: State::NotStarted,
+            suspend_while_unwinding: self.suspend_while_unwinding,
             id,
             fiber: Fiber::default(),
             _not_send: PhantomData,

@@ -47,6 +47,11 @@ impl<Item: 'static> Generator<Item, DefaultStack> {
 
 impl<Item: 'static, S: Stack> Generator<Item, S> {
     /// A generator running `f` on `stack`.
+    ///
+    /// # Panics
+    ///
+    /// As [`Coroutine::with_stack`]: only for a foreign [`Stack`] too small for the
+    /// coroutine's first frame.
     pub fn with_stack<F>(stack: S, f: F) -> Self
     where
         F: FnOnce(&Yielder<(), Item>) + 'static,

@@ -70,7 +70,32 @@
 //! ```
 //!
 //! Stack overflow of any guarded kind prints one line naming the coroutine (its [`Builder`]
-//! name, or `#id`) and its stack size, then aborts the process.
+//! name, or `#id`) and its stack size, then aborts the process. A safe caller cannot give a
+//! coroutine a stack without a guard: the safe constructors of `spindle-stack` refuse a guard
+//! of 0, and a stack that has none comes from an `unsafe` constructor whose caller promised
+//! that nothing overflows it.
+//!
+//! # Documented aborts
+//!
+//! Everything else is an error or a panic; these abort the process:
+//!
+//! * **Stack overflow** (above): one line naming the coroutine, then abort.
+//! * **A panic escaping a destructor during a forced unwind** (dropping a suspended
+//!   coroutine): Rust aborts on a panic in a destructor that runs during unwinding.
+//! * **Suspending while unwinding.** A coroutine that calls [`suspend`] while a panic unwinds
+//!   its stack (from a destructor that waits for something, or from the panic hook) aborts
+//!   with `spindle: a coroutine cannot suspend while it unwinds: coroutine #id ...`. Rust
+//!   counts panics per thread, so with the unwind half done, `std::thread::panicking()` would
+//!   read `true` in the resumer, and every `Mutex` guard it dropped would poison its lock.
+//!   [`Builder::allow_suspend_while_unwinding`] allows it for resumers written for that. (The
+//!   check compares the thread's panicking state before and after the switch, so it does not
+//!   see a coroutine resumed by a resumer that is itself panicking.)
+//! * **Suspending during a forced unwind.** A destructor that calls [`suspend`] while a
+//!   dropped coroutine is unwound aborts with the same line (whatever the builder allows):
+//!   that unwind cannot go on, because the suspend could only unwind again, out of a
+//!   destructor that runs during unwinding. If the dropping thread is itself panicking, the
+//!   check does not see it and Rust's own abort ("panic in a destructor during cleanup")
+//!   comes instead.
 //!
 //! [`suspend`]: Yielder::suspend
 //! [`resume`]: Coroutine::resume

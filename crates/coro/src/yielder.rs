@@ -47,6 +47,12 @@ impl<Input, Yield> Yielder<Input, Yield> {
     /// suspends again instead, the dropping side takes the value and asks again, so each
     /// further `suspend` unwinds too, until the coroutine finishes.
     ///
+    /// Calling it while the coroutine unwinds — from a destructor during a panic or during
+    /// that forced unwind, or from the panic hook — aborts the process with a message naming
+    /// the coroutine (unless the panic is not a forced unwind and
+    /// [`Builder::allow_suspend_while_unwinding`](crate::Builder::allow_suspend_while_unwinding)
+    /// allows it); see the [documented aborts](crate#documented-aborts).
+    ///
     /// [`CoroutineResult::Yield`]: crate::CoroutineResult::Yield
     #[inline]
     pub fn suspend(&self, value: Yield) -> Input {

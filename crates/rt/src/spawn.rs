@@ -344,7 +344,9 @@ enum StackPlan {
 
 /// A coroutine builder for the task with `header` (its name).
 pub(crate) fn coroutine_builder(header: &Header) -> spindle_coro::Builder {
-    let b = spindle_coro::Builder::new();
+    // A cancelled coroutine's destructors may park while it unwinds (`JoinHandle::cancel`
+    // documents what `std::thread::panicking()` then reads on the worker).
+    let b = spindle_coro::Builder::new().allow_suspend_while_unwinding();
     match &header.name {
         Some(name) => b.name(name.to_string()),
         None => b,

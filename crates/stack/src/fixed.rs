@@ -3,7 +3,7 @@
 use std::ptr::NonNull;
 
 use crate::error::StackError;
-use crate::mapping::{GuardedMapping, round_to_pages};
+use crate::mapping::{GuardedMapping, round_guard, round_to_pages};
 use crate::owner::Owner;
 use crate::registry::StackKind;
 use crate::{Stack, os};
@@ -55,23 +55,45 @@ impl FixedStack {
     /// pages).
     ///
     /// A larger guard catches functions whose frames are larger than a page and that do not
-    /// probe the stack (Rust code probes; some C code does not). A `guard` of 0 makes an
-    /// unguarded stack: one kernel mapping instead of two, but an overflow silently
-    /// corrupts whatever lies below.
+    /// probe the stack (Rust code probes; some C code does not).
+    ///
+    /// # Errors
+    ///
+    /// As for [`FixedStack::new`]; also [`StackError::InvalidSize`] for a `guard` of 0 (an
+    /// unguarded stack needs [`with_guard_unchecked`](FixedStack::with_guard_unchecked)).
+    pub fn with_guard(size: usize, guard: usize) -> Result<Self, StackError> {
+        Self::make(size, guard, false)
+    }
+
+    /// Like [`with_guard`](FixedStack::with_guard), but a `guard` of 0 makes an unguarded
+    /// stack: one kernel mapping instead of two, but nothing stops an overflow, which
+    /// silently overwrites whatever lies below.
     ///
     /// # Errors
     ///
     /// As for [`FixedStack::new`].
-    pub fn with_guard(size: usize, guard: usize) -> Result<Self, StackError> {
+    ///
+    /// # Safety
+    ///
+    /// If `guard` is 0, nothing that runs on the stack may ever use more than its usable size
+    /// (`size` rounded up to whole pages) — for a coroutine, its closure and everything it
+    /// calls, unwinding included. (With a `guard` above 0 this is `with_guard`, and safe.)
+    pub unsafe fn with_guard_unchecked(size: usize, guard: usize) -> Result<Self, StackError> {
+        Self::make(size, guard, true)
+    }
+
+    fn make(size: usize, guard: usize, allow_unguarded: bool) -> Result<Self, StackError> {
         let usable = round_to_pages(size, "stack size", false)?;
-        let guard = round_to_pages(guard, "guard size", true)?;
+        let guard = round_guard(guard, allow_unguarded)?;
         let mapping = GuardedMapping::new(usable, guard, usable, StackKind::Fixed)?;
         Ok(FixedStack { mapping })
     }
 }
 
 // SAFETY: `[limit, top)` is the read-write part of a mapping this value owns exclusively
-// until drop; top is page-aligned (so 16-byte aligned); the addresses never change.
+// until drop; top is page-aligned (so 16-byte aligned); the addresses never change. Below
+// `limit` lies a no-access guard of at least a page, unless the stack was made by
+// `with_guard_unchecked(_, 0)`, whose caller promised that nothing overflows it.
 unsafe impl Stack for FixedStack {
     fn top(&self) -> NonNull<u8> {
         self.mapping.top()

@@ -3,7 +3,7 @@
 use std::ptr::NonNull;
 
 use crate::error::StackError;
-use crate::mapping::{GuardedMapping, round_to_pages};
+use crate::mapping::{GuardedMapping, round_guard, round_to_pages};
 use crate::owner::Owner;
 use crate::registry::StackKind;
 use crate::{Stack, os};
@@ -69,14 +69,45 @@ impl GrowableStack {
     }
 
     /// Like [`GrowableStack::new`], with a hard guard of `guard` bytes (rounded up to
-    /// whole pages; 0 for none: then running past `max` corrupts whatever lies below).
+    /// whole pages).
+    ///
+    /// # Errors
+    ///
+    /// As for [`GrowableStack::new`]; also [`StackError::InvalidSize`] for a `guard` of 0
+    /// (an unguarded stack needs
+    /// [`with_guard_unchecked`](GrowableStack::with_guard_unchecked)).
+    pub fn with_guard(initial: usize, max: usize, guard: usize) -> Result<Self, StackError> {
+        Self::make(initial, max, guard, false)
+    }
+
+    /// Like [`with_guard`](GrowableStack::with_guard), but a `guard` of 0 makes a stack
+    /// without a hard guard: running past `max` silently overwrites whatever lies below.
     ///
     /// # Errors
     ///
     /// As for [`GrowableStack::new`].
-    pub fn with_guard(initial: usize, max: usize, guard: usize) -> Result<Self, StackError> {
+    ///
+    /// # Safety
+    ///
+    /// If `guard` is 0, nothing that runs on the stack may ever use more than `max` bytes
+    /// (rounded up to whole pages) of it — for a coroutine, its closure and everything it
+    /// calls, unwinding included. (With a `guard` above 0 this is `with_guard`, and safe.)
+    pub unsafe fn with_guard_unchecked(
+        initial: usize,
+        max: usize,
+        guard: usize,
+    ) -> Result<Self, StackError> {
+        Self::make(initial, max, guard, true)
+    }
+
+    fn make(
+        initial: usize,
+        max: usize,
+        guard: usize,
+        allow_unguarded: bool,
+    ) -> Result<Self, StackError> {
         let (initial, max) = validate_growable_sizes(initial, max)?;
-        let guard = round_to_pages(guard, "guard size", true)?;
+        let guard = round_guard(guard, allow_unguarded)?;
         let initial = initial_commit(initial, max);
         let mapping = GuardedMapping::new(max, guard, initial, StackKind::Growable)?;
         Ok(GrowableStack { mapping, initial })
@@ -129,7 +160,9 @@ pub(crate) fn validate_growable_sizes(
 // SAFETY: `[limit, top)` is the reservation this value owns exclusively until drop; the
 // part not yet committed becomes readable and writable on first touch (the fault handler
 // commits it), which is what the trait requires of it. `top` is page-aligned and the
-// addresses never change (the stack grows in place).
+// addresses never change (the stack grows in place). Below `limit` lies a no-access hard
+// guard of at least a page, unless the stack was made by `with_guard_unchecked(_, _, 0)`,
+// whose caller promised that nothing overflows it.
 #[cfg(feature = "growable")]
 unsafe impl Stack for GrowableStack {
     fn top(&self) -> NonNull<u8> {

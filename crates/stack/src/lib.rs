@@ -36,7 +36,10 @@
 //! The handler runs on an alternate signal stack, because the overflowing stack has no room
 //! left; [`prepare_thread`] makes sure the calling thread has one. The coroutine crate calls
 //! it on every thread that resumes coroutines; the constructors here call it too, for the
-//! common case of creating and running stacks on one thread.
+//! common case of creating and running stacks on one thread. Code that may run at thread
+//! exit, after std has removed the thread's alternate stack, calls
+//! [`prepare_thread_uncached`] instead (the coroutine crate does, before it unwinds a
+//! coroutine being dropped).
 //!
 //! # Exhaustion is an error
 //!
@@ -97,7 +100,7 @@ pub use owner::Owner;
 pub use pool::{PoolConfig, PoolKind, PoolStats, PooledStack, StackPool};
 #[cfg(feature = "shared")]
 pub use shared::{SharedSlot, SharedStack, SharedStackStats};
-pub use signal::prepare_thread;
+pub use signal::{prepare_thread, prepare_thread_uncached};
 
 /// The size of a memory page on this machine, in bytes.
 ///
@@ -131,7 +134,9 @@ pub fn running_on_valgrind() -> bool {
 ///
 /// The stack grows down from [`top`](Stack::top) towards [`limit`](Stack::limit). Below
 /// `limit` there are [`guard_size`](Stack::guard_size) bytes of no-access memory, so that
-/// running off the end faults instead of corrupting a neighbour.
+/// running off the end faults instead of corrupting a neighbour. The safe constructors of
+/// this crate refuse a guard of 0; only their `unsafe` `*_unchecked` twins make unguarded
+/// stacks.
 ///
 /// The four hooks at the end exist for *copying* stacks ([`SharedSlot`]), whose memory is
 /// shared by several coroutines; for every other kind they do nothing and cost nothing.
@@ -142,9 +147,16 @@ pub fn running_on_valgrind() -> bool {
 /// - `[limit(), top())` is readable and writable memory that nothing else uses while
 ///   `self` lives (for copying stacks: while the owning coroutine runs);
 /// - `top()` is 16-byte aligned;
-/// - `top()`, `limit()` and `guard_size()` do not change while `self` lives.
+/// - `top()`, `limit()` and `guard_size()` do not change while `self` lives;
+/// - an overflow cannot reach other memory: the `guard_size()` bytes below `limit()` (at
+///   least one page) fault on any access — or, if `guard_size()` is 0, whoever made the
+///   stack promised that nothing running on it ever uses more than `[limit(), top())` (as
+///   the callers of the `unsafe` constructors such as
+///   [`FixedStack::with_guard_unchecked`] do).
 ///
-/// The coroutine crate relies on these to build frames at `top()` and run code there.
+/// The coroutine crate relies on these to build frames at `top()` and run any safe code
+/// there: Rust code touches its stack at most a page beyond what it used before (frames
+/// larger than a page are probed), so a guard page is what turns an overflow into a fault.
 pub unsafe trait Stack {
     /// One past the highest usable byte, 16-byte aligned. The stack grows down from here.
     fn top(&self) -> NonNull<u8>;
@@ -160,7 +172,8 @@ pub unsafe trait Stack {
         self.top().as_ptr().addr() - self.limit().as_ptr().addr()
     }
 
-    /// Bytes of no-access guard below [`limit`](Stack::limit) (0 when unguarded).
+    /// Bytes of no-access guard below [`limit`](Stack::limit) (0 only for an unguarded stack
+    /// made through an `unsafe` constructor; see the trait's safety contract).
     fn guard_size(&self) -> usize;
 
     /// Records which coroutine runs on this stack, so that an overflow message can name it.

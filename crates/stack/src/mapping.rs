@@ -43,6 +43,21 @@ pub(crate) fn round_to_pages(
     })
 }
 
+/// Rounds a guard size up to whole pages. Zero is refused unless `allow_unguarded`: only the
+/// `unsafe` constructors, whose callers promise that nothing overflows the stack, may make
+/// one without a guard (code on a stack without one overflows into whatever lies below).
+pub(crate) fn round_guard(guard: usize, allow_unguarded: bool) -> Result<usize, StackError> {
+    if guard == 0 && !allow_unguarded {
+        return Err(StackError::InvalidSize {
+            what: "guard size",
+            requested: 0,
+            reason: "without a guard an overflow silently overwrites whatever lies below the \
+                     stack (an unguarded stack needs the `unsafe` `with_guard_unchecked`)",
+        });
+    }
+    round_to_pages(guard, "guard size", true)
+}
+
 /// One stack's mapping, registered with the fault handler and with Valgrind.
 #[derive(Debug)]
 pub(crate) struct GuardedMapping {

@@ -64,8 +64,9 @@ pub struct PoolConfig {
     pub stack_size: usize,
     /// Fixed or growable stacks. Default: fixed.
     pub kind: PoolKind,
-    /// Bytes of no-access guard below each stack, rounded up to whole pages; 0 for none
-    /// (not recommended: an overflow then corrupts memory silently). Default: one page.
+    /// Bytes of no-access guard below each stack, rounded up to whole pages. Default: one
+    /// page. 0 (no guard: an overflow silently overwrites whatever lies below) is refused by
+    /// [`StackPool::new`]; only the `unsafe` [`StackPool::new_unchecked`] accepts it.
     pub guard_size: usize,
     /// Stacks each thread keeps for itself (0: no thread cache, every `get` locks the
     /// shared pool). Default: 32.
@@ -76,8 +77,9 @@ pub struct PoolConfig {
     /// the pages below are given back to the OS (`MADV_DONTNEED`). Rounded up to whole
     /// pages; at most `stack_size`. Default: 16 KiB.
     pub keep_resident: usize,
-    /// A stack is trimmed every `trim_every`-th time it is recycled (at least 1), and every
-    /// time it moves from a thread cache to the shared pool.
+    /// A stack is trimmed every `trim_every`-th time it is recycled (at least 1), every time
+    /// a thread's cache is flushed to the shared pool, and — if `trim_when_shared` — every time
+    /// a recycle passes it to the shared pool.
     ///
     /// Between trims, memory that a coroutine touched deep in its stack stays resident: a
     /// single deep use pins that memory for at most `trim_every` recycles of the stack.
@@ -85,8 +87,9 @@ pub struct PoolConfig {
     /// coroutine (a `madvise` of a 256 KiB stack costs about 0.5 µs). Default: 256, which
     /// keeps the amortized cost of trimming around 2 ns per recycle.
     pub trim_every: u32,
-    /// Whether a stack is also trimmed when a full thread cache passes it on to the shared pool
-    /// (otherwise only every `trim_every`-th recycle, and when a thread's cache is flushed).
+    /// Whether a stack is also trimmed when a recycle passes it to the shared pool — a full
+    /// thread cache passing it on, or any recycle when `thread_cache` is 0 (otherwise only
+    /// every `trim_every`-th recycle, and when a thread's cache is flushed).
     /// Trimming costs a system call and, later, page faults when the stack is used again:
     /// a runtime whose coroutines are spawned on one thread and finish on another moves
     /// stacks through the shared pool all the time, and turns this off. Default: true.
@@ -111,14 +114,22 @@ impl Default for PoolConfig {
 }
 
 impl PoolConfig {
-    /// Rounds sizes to pages and checks them.
-    fn normalized(&self) -> Result<PoolConfig, StackError> {
+    /// Rounds sizes to pages and checks them; a `guard_size` of 0 only if `allow_unguarded`.
+    fn normalized(&self, allow_unguarded: bool) -> Result<PoolConfig, StackError> {
         let stack_size = round_to_pages(self.stack_size, "stack size", false).map_err(|_| {
             invalid(
                 "stack_size",
                 "it must be between 1 byte and the address space size",
             )
         })?;
+        if self.guard_size == 0 && !allow_unguarded {
+            return Err(invalid(
+                "guard_size",
+                "it must be at least 1 (rounded up to a page): without a guard an overflow \
+                 silently overwrites whatever lies below the stack (a pool of unguarded stacks \
+                 needs the `unsafe` StackPool::new_unchecked)",
+            ));
+        }
         let guard_size = round_to_pages(self.guard_size, "guard size", true)
             .map_err(|_| invalid("guard_size", "it is too large for the address space"))?;
         if stack_size
@@ -230,7 +241,8 @@ impl PoolStats {
 /// # Memory
 ///
 /// A pooled stack that a coroutine used deeply keeps those pages until it is trimmed: on
-/// every `trim_every`-th recycle, and whenever it moves from a thread cache to the shared
+/// every `trim_every`-th recycle, when a thread's cache is flushed, and (with
+/// [`PoolConfig::trim_when_shared`], the default) whenever a recycle passes it to the shared
 /// pool. A growable pool also shrinks a stack that grew back to its initial size on every
 /// recycle. Dropping the last handle to a pool unmaps the stacks in its shared pool; stacks
 /// held in other threads' caches keep the pool alive until those threads exit or call
@@ -361,10 +373,28 @@ impl StackPool {
     ///
     /// # Errors
     ///
-    /// [`StackError::InvalidConfig`] naming the field that is out of range;
+    /// [`StackError::InvalidConfig`] naming the field that is out of range (a `guard_size`
+    /// of 0 included: see [`new_unchecked`](StackPool::new_unchecked));
     /// [`StackError::Unsupported`] for growable stacks on non-Unix platforms.
     pub fn new(config: PoolConfig) -> Result<Self, StackError> {
-        Ok(Self::from_normalized(config.normalized()?))
+        Ok(Self::from_normalized(config.normalized(false)?))
+    }
+
+    /// Like [`new`](StackPool::new), but a `guard_size` of 0 makes a pool of unguarded
+    /// stacks: one kernel mapping per stack instead of two, but nothing stops an overflow,
+    /// which silently overwrites whatever lies below.
+    ///
+    /// # Errors
+    ///
+    /// As for [`new`](StackPool::new), except that a `guard_size` of 0 is accepted.
+    ///
+    /// # Safety
+    ///
+    /// If `config.guard_size` is 0, nothing that runs on any stack of this pool may ever use
+    /// more than `stack_size` (rounded up to whole pages) of it — for a coroutine, its closure
+    /// and everything it calls, unwinding included. (With a guard this is `new`, and safe.)
+    pub unsafe fn new_unchecked(config: PoolConfig) -> Result<Self, StackError> {
+        Ok(Self::from_normalized(config.normalized(true)?))
     }
 
     fn from_normalized(config: PoolConfig) -> Self {
@@ -405,7 +435,7 @@ impl StackPool {
             let config = PoolConfig::default();
             // The default is already page-rounded and valid, so normalizing cannot fail;
             // falling back to it unchanged is therefore equivalent.
-            let normalized = config.normalized().unwrap_or(config);
+            let normalized = config.normalized(false).unwrap_or(config);
             StackPool::from_normalized(normalized)
         })
     }
@@ -614,8 +644,11 @@ impl PoolInner {
         } else {
             entry
         };
+        // Without a thread cache the shared pool is where every recycle goes: the same rule as
+        // for a full cache's overflow.
         bump(&self.counters.returned_to_shared);
-        self.put_shared(entry, trimmed);
+        let skip_trim = trimmed || !self.config.trim_when_shared;
+        self.put_shared(entry, skip_trim);
     }
 
     fn trim(&self, entry: &PoolEntry) -> bool {
@@ -626,14 +659,15 @@ impl PoolInner {
         trimmed
     }
 
-    /// Puts a stack in the shared pool (trimming it first, unless `already_trimmed`), or
-    /// unmaps it if the pool is full. Consumes the caller's `Arc`.
-    fn put_shared(self: Arc<Self>, entry: PoolEntry, already_trimmed: bool) {
+    /// Puts a stack in the shared pool (trimming it first, unless `skip_trim`: it was just
+    /// trimmed, or the configuration says not to), or unmaps it if the pool is full. Consumes
+    /// the caller's `Arc`.
+    fn put_shared(self: Arc<Self>, entry: PoolEntry, skip_trim: bool) {
         if self.config.max_pooled == 0 {
             self.unmap(entry);
             return;
         }
-        if !already_trimmed {
+        if !skip_trim {
             self.trim(&entry);
         }
         let rejected = {
@@ -880,7 +914,9 @@ impl Drop for PooledStack {
 // SAFETY: `[limit, top)` is the read-write part (committed on touch, for growable pools) of
 // a mapping that this loan holds exclusively: the pool hands each mapping to one
 // `PooledStack` at a time and takes it back only in `drop`. `top` is page-aligned and the
-// mapping does not move while on loan.
+// mapping does not move while on loan. Below `limit` lies a no-access guard of at least a
+// page, unless the pool was made by `new_unchecked` with a `guard_size` of 0, whose caller
+// promised that nothing overflows its stacks.
 unsafe impl Stack for PooledStack {
     #[inline]
     fn top(&self) -> NonNull<u8> {
@@ -919,7 +955,7 @@ mod tests {
         assert_eq!(config.kind, PoolKind::Fixed);
         assert_eq!(config.guard_size, os::page_size());
         assert_eq!(
-            PoolConfig::default().normalized().unwrap(),
+            PoolConfig::default().normalized(false).unwrap(),
             PoolConfig::default()
         );
     }

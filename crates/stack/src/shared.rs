@@ -7,7 +7,7 @@ use std::ptr::{self, NonNull};
 use std::rc::Rc;
 
 use crate::error::StackError;
-use crate::mapping::{GuardedMapping, round_to_pages};
+use crate::mapping::{GuardedMapping, round_guard, round_to_pages};
 use crate::owner::{Owner, OwnerRecord};
 use crate::registry::StackKind;
 use crate::{Stack, os};
@@ -127,14 +127,37 @@ impl SharedStack {
     }
 
     /// A region of `size` bytes with a guard of `guard` bytes (both rounded up to whole
-    /// pages; a guard of 0 means no guard).
+    /// pages).
+    ///
+    /// # Errors
+    ///
+    /// As for [`FixedStack::new`](crate::FixedStack::new); also [`StackError::InvalidSize`]
+    /// for a `guard` of 0 (an unguarded region needs
+    /// [`with_guard_unchecked`](SharedStack::with_guard_unchecked)).
+    pub fn with_guard(size: usize, guard: usize) -> Result<Self, StackError> {
+        Self::make(size, guard, false)
+    }
+
+    /// Like [`with_guard`](SharedStack::with_guard), but a `guard` of 0 makes a region
+    /// without a guard: nothing stops an overflow, which silently overwrites whatever lies
+    /// below.
     ///
     /// # Errors
     ///
     /// As for [`FixedStack::new`](crate::FixedStack::new).
-    pub fn with_guard(size: usize, guard: usize) -> Result<Self, StackError> {
+    ///
+    /// # Safety
+    ///
+    /// If `guard` is 0, nothing that runs on the region may ever use more than its usable
+    /// size (`size` rounded up to whole pages) — for a coroutine, its closure and everything
+    /// it calls, unwinding included. (With a `guard` above 0 this is `with_guard`, and safe.)
+    pub unsafe fn with_guard_unchecked(size: usize, guard: usize) -> Result<Self, StackError> {
+        Self::make(size, guard, true)
+    }
+
+    fn make(size: usize, guard: usize, allow_unguarded: bool) -> Result<Self, StackError> {
         let usable = round_to_pages(size, "stack size", false)?;
-        let guard = round_to_pages(guard, "guard size", true)?;
+        let guard = round_guard(guard, allow_unguarded)?;
         let mapping = GuardedMapping::new(usable, guard, usable, StackKind::Shared)?;
         Ok(SharedStack {
             region: Rc::new(Region {
@@ -365,7 +388,9 @@ fn save(buffer: &mut Vec<u8>, sp: NonNull<u8>, len: usize) -> Result<(), StackEr
 // long as any slot (each holds an `Rc`). While a coroutine runs, no one else uses the
 // region: `before_resume` refuses (SharedStackBusy) while another slot's coroutine is
 // running, and evicts the previous occupant's bytes to its buffer first. `top` is
-// page-aligned and the same for every slot; the addresses never change.
+// page-aligned and the same for every slot; the addresses never change. Below `limit` lies a
+// no-access guard of at least a page, unless the region was made by
+// `with_guard_unchecked(_, 0)`, whose caller promised that nothing overflows it.
 unsafe impl Stack for SharedSlot {
     const COPYING: bool = true;
 

@@ -20,7 +20,14 @@ fn top_is_aligned_and_sizes_are_rounded_to_pages() {
     }
     let stack = FixedStack::with_guard(8192, 3 * page + 1).unwrap();
     assert_eq!(stack.guard_size(), 4 * page);
-    assert_eq!(FixedStack::with_guard(8192, 0).unwrap().guard_size(), 0);
+    // An unguarded stack only through the unsafe constructor (review 17).
+    assert!(matches!(
+        FixedStack::with_guard(8192, 0),
+        Err(StackError::InvalidSize { .. })
+    ));
+    // SAFETY: nothing runs on the stack.
+    let unguarded = unsafe { FixedStack::with_guard_unchecked(8192, 0) }.unwrap();
+    assert_eq!(unguarded.guard_size(), 0);
 }
 
 #[test]

@@ -60,6 +60,27 @@ pub fn prepare_thread() -> Result<(), StackError> {
     prepare_thread_slow()
 }
 
+/// Like [`prepare_thread`], but asks the OS whether the calling thread has an alternate
+/// signal stack now instead of trusting what this thread found before, and installs one if
+/// it has none.
+///
+/// For code that may run while a thread exits: std disables and frees the alternate stack it
+/// gave a thread *before* the thread-local destructors run, so a coroutine dropped from one
+/// (its unwind runs code on its stack, which may grow or overflow) finds none although
+/// [`prepare_thread`] said the thread was prepared. The coroutine crate calls this before it
+/// unwinds a coroutine being dropped. An alternate stack installed that late, after this
+/// thread's own record of it is gone, is leaked with the thread (64 KiB, once per thread).
+///
+/// Costs a system call (`sigaltstack`) every time; use [`prepare_thread`] on hot paths.
+///
+/// # Errors
+///
+/// As for [`prepare_thread`].
+#[cold]
+pub fn prepare_thread_uncached() -> Result<(), StackError> {
+    prepare_thread_slow()
+}
+
 #[cold]
 fn prepare_thread_slow() -> Result<(), StackError> {
     super::install_fault_handler()?;
@@ -89,9 +110,19 @@ fn current_alt_stack() -> Result<libc::stack_t, StackError> {
 fn install_own_alt_stack() -> Result<(), StackError> {
     let guard = os::page_size();
     let total = ALT_STACK_SIZE + guard;
+    // The one we made before, if something disabled it since (it is still ours, mapped
+    // until the thread exits): mapping another would leak it.
+    let ours = OWNED_ALT_STACK
+        .try_with(|owned| owned.mapping.get())
+        .ok()
+        .and_then(std::ptr::NonNull::new);
+    let reused = ours.is_some();
     // A guard page below, so that a handler overflowing the alternate stack faults instead
     // of corrupting memory (the kernel then kills the process: SIGSEGV is blocked).
-    let mapping = os::map_stack(total, ALT_STACK_SIZE, ALT_STACK_SIZE)?;
+    let mapping = match ours {
+        Some(mapping) => mapping,
+        None => os::map_stack(total, ALT_STACK_SIZE, ALT_STACK_SIZE)?,
+    };
     // SAFETY: `stack_t` is plain data; all-zero is valid.
     let mut new: libc::stack_t = unsafe { std::mem::zeroed() };
     // SAFETY: `guard < total`: the usable part starts inside the mapping.
@@ -102,8 +133,10 @@ fn install_own_alt_stack() -> Result<(), StackError> {
     // exits (see `OwnedAltStack`).
     if unsafe { libc::sigaltstack(&new, ptr::null_mut()) } != 0 {
         let code = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-        // SAFETY: the mapping was just made and is not in use.
-        unsafe { os::unmap(mapping.as_ptr(), total) };
+        if !reused {
+            // SAFETY: the mapping was just made and is not in use.
+            unsafe { os::unmap(mapping.as_ptr(), total) };
+        }
         return Err(StackError::Os {
             operation: "sigaltstack",
             code,
@@ -114,8 +147,9 @@ fn install_own_alt_stack() -> Result<(), StackError> {
         owned.mapping.set(mapping.as_ptr());
         owned.total.set(total);
     });
-    // If the thread is already tearing down its thread-locals, the alternate stack stays
-    // installed and is leaked with the exiting thread (64 KiB of address space, once).
+    // If the thread is already tearing down its thread-locals (and this record is gone), the
+    // alternate stack stays installed and is leaked with the exiting thread (64 KiB of
+    // address space, once); if the record is still there, its destructor frees it.
     let _ = registered;
     Ok(())
 }

@@ -21,3 +21,12 @@ pub(crate) fn install_fault_handler() -> Result<(), StackError> {
 pub fn prepare_thread() -> Result<(), StackError> {
     Ok(())
 }
+
+/// [`prepare_thread`] without trusting a cached answer; under Miri, nothing to prepare.
+///
+/// # Errors
+///
+/// None under Miri.
+pub fn prepare_thread_uncached() -> Result<(), StackError> {
+    Ok(())
+}

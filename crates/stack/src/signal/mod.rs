@@ -12,7 +12,7 @@ mod altstack;
 mod unix;
 
 #[cfg(all(unix, not(miri)))]
-pub use altstack::prepare_thread;
+pub use altstack::{prepare_thread, prepare_thread_uncached};
 #[cfg(all(unix, not(miri)))]
 pub(crate) use unix::install_fault_handler;
 
@@ -21,11 +21,11 @@ mod windows;
 #[cfg(all(windows, not(miri)))]
 pub(crate) use windows::install_fault_handler;
 #[cfg(all(windows, not(miri)))]
-pub use windows::prepare_thread;
+pub use windows::{prepare_thread, prepare_thread_uncached};
 
 #[cfg(miri)]
 mod miri;
 #[cfg(miri)]
 pub(crate) use miri::install_fault_handler;
 #[cfg(miri)]
-pub use miri::prepare_thread;
+pub use miri::{prepare_thread, prepare_thread_uncached};

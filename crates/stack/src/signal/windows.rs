@@ -53,6 +53,16 @@ pub fn prepare_thread() -> Result<(), StackError> {
     install_fault_handler()
 }
 
+/// [`prepare_thread`] without trusting a cached answer; on Windows, which has no alternate
+/// signal stacks, the same.
+///
+/// # Errors
+///
+/// As for [`prepare_thread`].
+pub fn prepare_thread_uncached() -> Result<(), StackError> {
+    prepare_thread()
+}
+
 /// # Safety
 ///
 /// Called by the system with valid exception pointers.
