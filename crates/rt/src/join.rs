@@ -242,6 +242,8 @@ impl<T: Send + 'static> Future for JoinHandle<T> {
     type Output = Result<T, JoinError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // Awaited by its own coroutine (`block_on_future(handle)` inside it), as `join` there.
+        self.refuse_own();
         let current = |w: &Waker| w.will_wake(cx.waker());
         let Some(taken) = self.take_or_wait(current, || cx.waker().clone()) else {
             return Poll::Pending;

@@ -724,12 +724,35 @@ impl<T> TaskPrefix<T> {
             });
         }
         if let Some(w) = after.waiter {
-            w.wake();
+            wake_as_worker(w);
         }
         if let Some(w) = after.scope_waiter {
-            w.wake();
+            wake_as_worker(w);
         }
     }
+}
+
+/// Wakes `waker` from code the worker runs on its own stack while a finished task is still its
+/// current one. A task's waker (the common case: a coroutine joining) only schedules; any
+/// other — a future's, polled by some executor — may run anything, a park included, so it runs
+/// as the worker's own code (a park parks the thread instead of "suspending" the finished
+/// coroutine from the wrong stack) and under `catch_unwind` (a panic in it must not unwind the
+/// worker; the panic hook has reported it).
+#[inline]
+fn wake_as_worker(waker: Waker) {
+    if ptr::eq(waker.vtable(), &WAKER_VTABLE) {
+        waker.wake();
+    } else {
+        wake_foreign(waker);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn wake_foreign(waker: Waker) {
+    crate::worker::outside_coroutine(|| {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake()));
+    });
 }
 
 /// A task whose result type is known: what a `JoinHandle` and a scope hold. Made only by
