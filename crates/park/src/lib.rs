@@ -153,6 +153,30 @@ pub trait Hook {
         let _ = defer;
     }
 
+    /// Starts one level of deferring the current task's cancellation, as
+    /// [`defer_cancel(true)`](Hook::defer_cancel) does, and returns a number naming the task,
+    /// which the guard gives back to [`end_cancel_deferral`](Hook::end_cancel_deferral) (0:
+    /// the runtime names none). Only called when [`in_task`](Hook::in_task) is true. The
+    /// default starts the level with `defer_cancel(true)` and returns 0.
+    fn begin_cancel_deferral(&self) -> u64 {
+        self.defer_cancel(true);
+        0
+    }
+
+    /// Ends the level of deferral that [`begin_cancel_deferral`](Hook::begin_cancel_deferral)
+    /// started for task `task`: called when its [`CancelGuard`] is dropped on this thread,
+    /// whatever runs here then — usually that task, but the guard may have been handed to
+    /// other code of the thread (it is `!Send`, yet a thread-local can carry it from one task
+    /// to another). A runtime that names its tasks ends `task`'s deferral, not the current
+    /// one's. The default, for `task` 0, ends a level of the current task's with
+    /// [`defer_cancel(false)`](Hook::defer_cancel), if code runs in a task.
+    fn end_cancel_deferral(&self, task: u64) {
+        let _ = task;
+        if self.in_task() {
+            self.defer_cancel(false);
+        }
+    }
+
     /// Whether the current task was asked to cancel (whether or not it is deferred now).
     fn cancel_requested(&self) -> bool {
         false
@@ -463,23 +487,29 @@ pub fn is_current_waker(waker: &Waker) -> bool {
 /// assert!(!spindle_park::cancel_requested()); // outside a runtime: never
 /// ```
 pub fn defer_cancel() -> CancelGuard {
-    let active = match task_hook() {
-        Some(hook) => {
-            hook.defer_cancel(true);
-            true
-        }
-        None => false,
+    let (active, task) = match task_hook() {
+        Some(hook) => (true, hook.begin_cancel_deferral()),
+        None => (false, 0),
     };
     CancelGuard {
         active,
+        task,
         _not_send: std::marker::PhantomData,
     }
 }
 
 /// Holds off the current task's cancellation; made by [`defer_cancel`] (see there).
+///
+/// Dropping it ends a deferral of the task that made it, with a runtime that names its tasks
+/// ([`Hook::begin_cancel_deferral`]) — also when other code of the thread drops it (it is
+/// `!Send`, but a thread-local can hand it over); what the runtime can do for a task that
+/// runs elsewhere by then is its own affair ([`Hook::end_cancel_deferral`]). Without names,
+/// it ends a deferral of whichever task runs when it is dropped.
 #[must_use = "cancellation is deferred only while the guard lives"]
 pub struct CancelGuard {
     active: bool,
+    /// The task that made it, as its runtime names it (0: unnamed).
+    task: u64,
     /// The guard belongs to the task (and its thread) that made it.
     _not_send: std::marker::PhantomData<*mut ()>,
 }
@@ -500,10 +530,12 @@ impl Default for CancelGuard {
 impl Drop for CancelGuard {
     fn drop(&mut self) {
         // Looked up afresh: a migratable task may have moved to another worker meanwhile.
+        // Whether code runs in a task here, and which, is the hook's question: the guard may
+        // be dropped by other code than the task that made it.
         if self.active
-            && let Some(hook) = task_hook()
+            && let Some(hook) = installed_hook()
         {
-            hook.defer_cancel(false);
+            hook.end_cancel_deferral(self.task);
         }
     }
 }

@@ -78,7 +78,10 @@
 //! goroutines per P (up to 4 MiB per worker), and their stacks in the runtime's stack pool (up
 //! to 16,384 per worker and 16,384 shared: [`RuntimeBuilder::stack_pool`]). A worker that has
 //! slept a second with nothing to do gives back what a spike left: task blocks beyond 256 KiB
-//! to the allocator, idle stacks beyond 256 in its cache and 256 shared to the OS.
+//! to the allocator, idle stacks beyond 256 in its cache and 256 shared to the OS. Stacks of
+//! other sizes ([`Builder::stack_size`]) come from pools the runtime keeps per size (32 per
+//! thread, 1,024 shared), under the same release. Shutting the runtime down unmaps the idle
+//! stacks of all its pools.
 //! `SPINDLE_TASK_CACHE=0` turns the block cache off (it is off under valgrind and the
 //! sanitizers, where a reused block would hide a use-after-free).
 //!
@@ -107,9 +110,12 @@
 //! [`JoinHandle::cancel`] makes the coroutine unwind from the suspension point where it waits
 //! (a sleep, a join, a park) or the next one it reaches; its destructors run and `join` reports
 //! [`JoinError::Cancelled`]. A [`CancelGuard`] holds cancellation off through a critical
-//! section. Dropping the [`Runtime`] cancels every coroutine still alive, waits for them to
-//! unwind, and joins the worker threads and the [`blocking`] pool's threads (a blocking job
-//! that never returns keeps the drop waiting: [`Runtime::shutdown_timeout`] bounds it).
+//! section; dropping it ends the deferral of the coroutine that made it, even where other code
+//! of its thread drops it (a thread-local can carry it there) — except for a
+//! [migratable](Builder::migratable) coroutine, whose deferral such a drop leaves in place.
+//! Dropping the [`Runtime`] cancels every coroutine still alive, waits for them to unwind, and
+//! joins the worker threads and the [`blocking`] pool's threads (a blocking job that never
+//! returns keeps the drop waiting: [`Runtime::shutdown_timeout`] bounds it).
 //!
 //! # Signals, `fork()` and other process-level faults
 //!
@@ -141,8 +147,12 @@
 //!
 //! A coroutine runs until it suspends. Operations that complete without suspending count
 //! against a per-slice budget ([`consume_budget`]); a task woken into the run-next slot
-//! inherits the slice (Go's rule). A monitor thread reports a coroutine that keeps its worker
-//! for more than 10 ms (configurable) without suspending.
+//! inherits the slice (Go's rule). A monitor thread ends slices older than 10 ms (the
+//! coroutine yields at its next budgeted operation), and reports a coroutine that keeps its
+//! worker for more than 10 ms (configurable, or off: [`RuntimeBuilder::stuck_threshold`])
+//! without suspending; it then wakes a sleeping worker to steal the queued coroutines that may
+//! move. Coroutines waiting on that worker's timers (a sleep, any deadline) or IO, migratable
+//! ones too, wait for it: only a worker fires its own timers and polls its own driver.
 #![deny(missing_docs)]
 // Builds that leave a feature out leave some shared helpers unused.
 #![cfg_attr(

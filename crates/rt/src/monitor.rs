@@ -6,13 +6,24 @@
 //! stuck in that one coroutine — a CPU loop, or a blocking call that should have gone to
 //! [`blocking`](crate::blocking) — unless its thread spent that time waiting for a CPU (a
 //! loaded machine; on Linux the thread's state and CPU time tell, see `confirm_stuck`): it is
-//! reported once per run, on stderr, naming the coroutine. A sleeping worker is then woken so that it can steal the stuck worker's stealable
-//! coroutines (with work-stealing, every coroutine that has not started yet, and migratable
-//! ones); coroutines pinned to the stuck worker wait for it.
+//! reported once per run, on stderr, naming the coroutine. A sleeping worker is then woken so
+//! that it can steal the stuck worker's *queued* stealable coroutines (with work-stealing,
+//! every coroutine that has not started yet, and migratable ones); coroutines pinned to the
+//! stuck worker wait for it.
+//!
+//! What the stuck worker alone can bring back waits for it too, migratable or not: a
+//! coroutine sleeping on a timer of its wheel (`sleep`, `park_timeout`, any deadline: only the
+//! worker that armed a timer fires it) or waiting for IO registered with its driver (only it
+//! polls its driver). A migratable one is handed off only when something else wakes it (a
+//! channel, a lock, `unpark` from another thread): it is then queued where the waker runs.
+//! Go also runs other Ps' due timers when it steals; here that would need the timers of
+//! migratable coroutines in a wheel every worker can fire, which is not done.
 //!
 //! It also advances each worker's slice epoch every 10 ms, and at every tick exhausts the
 //! operation budget of a slice that began two epochs ago or more: its coroutine has used its
-//! slice and yields at its next budgeted operation (see `coop`).
+//! slice and yields at its next budgeted operation (see `coop`). It does this whatever the
+//! threshold: `RuntimeBuilder::stuck_threshold(None)` turns off the report (and the wake-up
+//! that follows it), not the slices; the tick is then 2.5 ms.
 //!
 //! While every worker sleeps there is nothing to watch, so the monitor sleeps too, without a
 //! timeout (Go's sysmon does the same), and an idle runtime wakes no thread at all. A worker
@@ -69,12 +80,16 @@ impl MonitorHandle {
     }
 }
 
-/// Starts the monitor thread; an error if it cannot be spawned.
-pub(crate) fn start(shared: &Arc<Shared>, threshold: Duration) -> std::io::Result<Monitor> {
+/// Starts the monitor thread; an error if it cannot be spawned. `threshold`: the stuck report's
+/// (`None`: no report; the monitor still ends time slices).
+pub(crate) fn start(shared: &Arc<Shared>, threshold: Option<Duration>) -> std::io::Result<Monitor> {
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
     let weak = Arc::downgrade(shared);
-    let tick = (threshold / 4).max(Duration::from_millis(1)).min(SLICE);
+    let tick = threshold
+        .map_or(SLICE / 4, |t| t / 4)
+        .max(Duration::from_millis(1))
+        .min(SLICE);
     let thread = std::thread::Builder::new()
         .name("spindle-monitor".into())
         .spawn(move || watch(weak, stop2, threshold, tick))?;
@@ -175,7 +190,7 @@ pub(crate) fn current_tid() -> u64 {
     }
 }
 
-fn watch(shared: Weak<Shared>, stop: Arc<AtomicBool>, threshold: Duration, tick: Duration) {
+fn watch(shared: Weak<Shared>, stop: Arc<AtomicBool>, threshold: Option<Duration>, tick: Duration) {
     let mut seen: Vec<Seen> = Vec::new();
     let mut last_epoch = Instant::now();
     while !stop.load(Ordering::Acquire) {
@@ -199,6 +214,9 @@ fn watch(shared: Weak<Shared>, stop: Arc<AtomicBool>, threshold: Duration, tick:
         for c in &shared.counters {
             c.end_slice_if_over();
         }
+        let Some(threshold) = threshold else {
+            continue;
+        };
         if seen.len() != shared.counters.len() {
             seen = vec![Seen::fresh(u64::MAX, now); shared.counters.len()];
         }

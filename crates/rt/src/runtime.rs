@@ -1,8 +1,9 @@
 //! The runtime: configuration, the shared state of its workers, start and shutdown.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::{self, JoinHandle as ThreadJoin, Thread};
 use std::time::{Duration, Instant};
 
@@ -267,7 +268,11 @@ impl RuntimeBuilder {
     }
 
     /// How long a coroutine may run without suspending before the monitor reports it (once
-    /// per run, naming it); `None` turns the monitor off. Default 10 ms.
+    /// per run, naming it) and wakes a sleeping worker to take over what can be stolen from
+    /// its worker; `None` turns the report (and that wake-up) off. Default 10 ms. The monitor
+    /// thread runs either way: it also ends time slices (see [`consume_budget`]).
+    ///
+    /// [`consume_budget`]: crate::consume_budget
     pub fn stuck_threshold(mut self, threshold: Option<Duration>) -> Self {
         self.stuck_threshold = threshold;
         self
@@ -289,6 +294,12 @@ impl RuntimeBuilder {
     /// while the runtime is busy: a worker that has slept a second with nothing to do unmaps
     /// the idle stacks beyond 256 in its own cache and 256 in the shared pool, so a spike's
     /// stacks do not stay mapped for the life of the program.
+    ///
+    /// Coroutines that ask for another size ([`crate::Builder::stack_size`]) take their stacks
+    /// from a pool of that size, one per size, which the runtime keeps with the default
+    /// `PoolConfig` (32 stacks per thread, 1,024 shared), not this one: the same idle release
+    /// applies to them, and the runtime's shutdown unmaps their idle stacks as it does its own
+    /// pool's.
     pub fn stack_pool(mut self, config: PoolConfig) -> Self {
         self.stack_pool = Some(config);
         self
@@ -417,12 +428,17 @@ impl RuntimeBuilder {
             closing: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             stacks,
+            sized_stacks: Mutex::new(HashMap::new()),
+            timer_inboxes: (0..workers)
+                .map(|_| worker::TimerInbox::default())
+                .collect(),
             blocking: BlockingPool::new(self.blocking_threads, self.blocking_keep_alive),
             stuck_threshold: self.stuck_threshold,
             shared_stack_size: self.shared_stack_size,
             monitor: crate::monitor::MonitorHandle::default(),
         });
         let mut handles = Vec::with_capacity(workers);
+        let exits = Arc::new(WorkerExits::new(workers));
         // Each worker reports whether it could make its IO driver before `build` returns.
         let (started_tx, started_rx) = std::sync::mpsc::channel::<std::io::Result<()>>();
         for index in 0..workers {
@@ -431,9 +447,14 @@ impl RuntimeBuilder {
             let on_stop = self.on_stop.clone();
             let io = io.clone();
             let started = started_tx.clone();
+            let exit = ExitSignal(exits.clone(), index);
             let spawned = thread::Builder::new()
                 .name(format!("{}-{index}", self.thread_name))
                 .spawn(move || {
+                    // Dropped last, also when the thread unwinds: after the rest of what the
+                    // closure holds, moved into the locals below.
+                    let _exit = exit;
+                    let (on_start, on_stop, io) = (on_start, on_stop, io);
                     if let Some(f) = &on_start {
                         f();
                     }
@@ -465,17 +486,16 @@ impl RuntimeBuilder {
         if let Some(e) = failure {
             return Err(abandon_build(&shared, handles, e));
         }
-        let monitor = match shared.stuck_threshold {
-            None => None,
-            Some(threshold) => match crate::monitor::start(&shared, threshold) {
-                Ok(monitor) => Some(monitor),
-                Err(e) => return Err(abandon_build(&shared, handles, BuildError::Thread(e))),
-            },
+        // Started whatever the stuck threshold: the monitor also ends time slices.
+        let monitor = match crate::monitor::start(&shared, shared.stuck_threshold) {
+            Ok(monitor) => monitor,
+            Err(e) => return Err(abandon_build(&shared, handles, BuildError::Thread(e))),
         };
         Ok(Runtime {
             shared,
             threads: handles,
-            monitor,
+            exits,
+            monitor: Some(monitor),
         })
     }
 }
@@ -581,6 +601,12 @@ pub(crate) struct Shared {
     /// Workers exit (set after the coroutines are gone, or at the shutdown's timeout).
     pub(crate) stop: AtomicBool,
     pub(crate) stacks: StackPool,
+    /// Pools of the stack sizes coroutines asked for other than `stacks`' (see
+    /// [`Shared::pool_of_size`]), by size.
+    pub(crate) sized_stacks: Mutex<HashMap<usize, StackPool>>,
+    /// Per worker: timers of its wheel to cancel, sent by other workers (see
+    /// `worker::TimerInbox`).
+    pub(crate) timer_inboxes: Vec<worker::TimerInbox>,
     pub(crate) blocking: BlockingPool,
     pub(crate) stuck_threshold: Option<Duration>,
     /// Bytes of each worker's shared (copying) stack region.
@@ -660,6 +686,45 @@ impl Shared {
         }
     }
 
+    /// The runtime's pool of stacks of `size` usable bytes, for coroutines that ask for a size
+    /// other than the runtime's (`Builder::stack_size`): made on first use, shared by every
+    /// coroutine of the runtime that asks for that size, trimmed with the runtime's own pool
+    /// (see [`shrink_stacks`](Shared::shrink_stacks)).
+    pub(crate) fn pool_of_size(&self, size: usize) -> Result<StackPool, spindle_stack::StackError> {
+        let mut pools = crate::task::lock(&self.sized_stacks);
+        if let Some(pool) = pools.get(&size) {
+            return Ok(pool.clone());
+        }
+        let pool = StackPool::new(PoolConfig {
+            stack_size: size,
+            ..PoolConfig::default()
+        })?;
+        pools.insert(size, pool.clone());
+        Ok(pool)
+    }
+
+    /// Unmaps idle stacks of the runtime's pool and of its pools of other sizes: those beyond
+    /// `keep_in_thread` in the calling thread's caches and `keep_shared` in each shared pool.
+    pub(crate) fn shrink_stacks(&self, keep_in_thread: usize, keep_shared: usize) {
+        self.stacks.shrink(keep_in_thread, keep_shared);
+        // Cloned out of the lock: an unmap takes a while, and a spawn may want the map.
+        let sized: Vec<StackPool> = crate::task::lock(&self.sized_stacks)
+            .values()
+            .cloned()
+            .collect();
+        for pool in sized {
+            pool.shrink(keep_in_thread, keep_shared);
+        }
+    }
+
+    /// Whether the calling thread's caches or the shared pools hold more idle stacks than
+    /// `in_thread` and `shared` (see [`shrink_stacks`](Shared::shrink_stacks)).
+    pub(crate) fn holds_idle_stacks_beyond(&self, in_thread: usize, shared: usize) -> bool {
+        let over =
+            |pool: &StackPool| pool.thread_cached() > in_thread || pool.shared_pooled() > shared;
+        over(&self.stacks) || crate::task::lock(&self.sized_stacks).values().any(over)
+    }
+
     /// The name of live task `id`, if it has one.
     pub(crate) fn task_name(&self, id: u64) -> Option<std::sync::Arc<str>> {
         self.tasks.find(id).and_then(|t| t.header().name.clone())
@@ -696,8 +761,54 @@ impl WorkerUnpark {
 /// threads are joined (see [`shutdown_timeout`](Runtime::shutdown_timeout)).
 pub struct Runtime {
     shared: Arc<Shared>,
+    /// The worker threads, by index.
     threads: Vec<ThreadJoin<()>>,
+    exits: Arc<WorkerExits>,
     monitor: Option<crate::monitor::Monitor>,
+}
+
+/// Which worker threads have ended, so that a shutdown with a timeout joins only those and
+/// detaches the others (a coroutine that blocks its worker would keep a join waiting).
+struct WorkerExits {
+    exited: Mutex<Vec<bool>>,
+    changed: Condvar,
+}
+
+impl WorkerExits {
+    fn new(workers: usize) -> Self {
+        WorkerExits {
+            exited: Mutex::new(vec![false; workers]),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Waits until every worker thread has ended or `deadline` passes; returns which have.
+    fn wait_until(&self, deadline: Instant) -> Vec<bool> {
+        let mut exited = crate::task::lock(&self.exited);
+        while !exited.iter().all(|&e| e) {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            exited = self
+                .changed
+                .wait_timeout(exited, deadline - now)
+                .map_or_else(|e| e.into_inner().0, |(g, _)| g);
+        }
+        exited.clone()
+    }
+}
+
+/// Marks worker thread `.1` as ended when dropped: the last thing its thread does.
+struct ExitSignal(Arc<WorkerExits>, usize);
+
+impl Drop for ExitSignal {
+    fn drop(&mut self) {
+        if let Some(e) = crate::task::lock(&self.0.exited).get_mut(self.1) {
+            *e = true;
+        }
+        self.0.changed.notify_all();
+    }
 }
 
 impl fmt::Debug for Runtime {
@@ -744,13 +855,15 @@ impl Runtime {
     }
 
     /// Shuts down: cancels every coroutine still alive, waits up to `timeout` for them to
-    /// unwind, then stops and joins the workers, unmaps the pooled stacks, and joins the
-    /// blocking pool's threads (within what is left of `timeout`). Returns false if some
-    /// coroutines were still alive at the timeout (they are abandoned with their stacks:
-    /// leaked, never freed under them), or a blocking-pool thread was still running a job then
-    /// (it is detached and exits when its job returns). Dropping the runtime does this with no
-    /// timeout: a [`blocking`](crate::blocking()) job that never returns keeps its coroutine
-    /// alive, and the drop waits for it for ever.
+    /// unwind, then stops the workers and joins them, unmaps the pooled stacks, and joins the
+    /// blocking pool's threads (within what is left of `timeout`). Returns about `timeout`
+    /// after the call at the latest, false if some coroutines were still alive at the timeout
+    /// (they are abandoned with their stacks: leaked, never freed under them), a worker thread
+    /// had not ended by then (a coroutine that never suspends keeps it: the thread is
+    /// detached, and ends when that coroutine suspends or returns), or a blocking-pool thread
+    /// was still running a job then (it is detached and exits when its job returns). Dropping
+    /// the runtime does this with no timeout: a [`blocking`](crate::blocking()) job that never
+    /// returns keeps its coroutine alive, and the drop waits for it for ever.
     ///
     /// # Panics
     ///
@@ -803,13 +916,25 @@ impl Runtime {
         let all_done = shared.tasks.wait_empty(timeout);
         shared.stop.store(true, Ordering::Release);
         shared.unpark_all();
-        for t in self.threads.drain(..) {
-            let _ = t.join();
+        // Without a deadline every worker is joined. With one, only those that end by then: a
+        // worker still in a coroutine that never suspends (a CPU loop, a blocking call) is
+        // detached, and leaves its loop when that coroutine lets it.
+        let exited = match deadline {
+            None => vec![true; self.threads.len()],
+            Some(deadline) => self.exits.wait_until(deadline),
+        };
+        let all_exited = exited.iter().all(|&e| e);
+        for (t, exited) in self.threads.drain(..).zip(exited) {
+            if exited {
+                let _ = t.join();
+            }
         }
         // No coroutine runs again (spawns are refused): the workers' stacks, which their
-        // exits moved to the shared pool, are unmapped now rather than when the last `Handle`
-        // goes. (Those of coroutines abandoned at the timeout are theirs, not the pool's.)
-        shared.stacks.shrink(0, 0);
+        // exits moved to the shared pools, are unmapped now rather than when the last `Handle`
+        // goes. (Those of coroutines abandoned at the timeout are theirs, not the pools'. A
+        // detached worker's cache is its own: the shrink touches only this thread's cache and
+        // the shared pools, under their locks.)
+        shared.shrink_stacks(0, 0);
         if let Some(m) = self.monitor.take() {
             m.stop();
         }
@@ -819,9 +944,14 @@ impl Runtime {
         let pool_joined = shared.blocking.shutdown(deadline);
         // Whatever is still queued (coroutines that did not unwind by the timeout) is
         // abandoned: leaked with its stack, never dropped here — dropping would unwind a
-        // coroutine on this thread, away from the worker it is bound to.
-        for task in shared.policy.drain() {
-            std::mem::forget(task);
+        // coroutine on this thread, away from the worker it is bound to. Not while a detached
+        // worker may still run: its private queues are its own (`Policy::bind_worker`), and it
+        // pushes back the task it holds when it leaves its loop; what the queues hold then is
+        // leaked with the shared state (below).
+        if all_exited {
+            for task in shared.policy.drain() {
+                std::mem::forget(task);
+            }
         }
         if !all_done {
             // Tasks are still live: they reach the runtime through a plain pointer
@@ -829,7 +959,7 @@ impl Runtime {
             // here (as above). So the shared state is leaked with them.
             std::mem::forget(Arc::clone(shared));
         }
-        all_done && pool_joined
+        all_done && all_exited && pool_joined
     }
 }
 

@@ -10,7 +10,7 @@ use spindle_coro::SendCoroutine;
 use spindle_sched::Reason;
 #[cfg(feature = "stack-growable")]
 use spindle_stack::GrowableStack;
-use spindle_stack::{PooledStack, StackError, StackPool};
+use spindle_stack::{PooledStack, StackError};
 
 use crate::join::JoinHandle;
 use crate::runtime::{Handle, Runtime, Shared, StackKind};
@@ -97,7 +97,11 @@ impl Builder {
         self
     }
 
-    /// A fixed stack of this many usable bytes (instead of the runtime's default pool).
+    /// A fixed stack of this many usable bytes (instead of the runtime's default size). A size
+    /// other than the runtime's comes from the runtime's pool of that size, which it keeps
+    /// while it lives, trimmed like its own pool (see [`RuntimeBuilder::stack_pool`]).
+    ///
+    /// [`RuntimeBuilder::stack_pool`]: crate::RuntimeBuilder::stack_pool
     pub fn stack_size(mut self, size: usize) -> Self {
         self.stack = Some(StackKind::Pooled { size });
         self
@@ -175,6 +179,17 @@ impl Builder {
     ///   handles).
     ///
     /// Shared (copying) stacks never migrate; this option does not apply to them.
+    ///
+    /// A migratable coroutine moves when another worker takes it from a queue (after a yield
+    /// or a wake-up). Its sleeps (and waits with a deadline) end only when the worker it parked
+    /// on fires the timer, and the IO it waits for is dispatched by that worker's driver: while
+    /// that worker is kept by a coroutine that does not suspend, such a wait lasts until the
+    /// worker comes back, although another one may be idle (see "Fairness" in the crate docs).
+    ///
+    /// A [`CancelGuard`](crate::CancelGuard) it makes ends its deferral only when the coroutine
+    /// itself drops it: one that other code drops (a thread-local can carry it) leaves the
+    /// coroutine's cancellation deferred for good, as the runtime cannot touch the deferral of
+    /// a coroutine that may be running on another thread.
     pub unsafe fn migratable(mut self) -> Self {
         self.migratable = true;
         self
@@ -265,9 +280,9 @@ pub(crate) fn stack_for(shared: &Shared, kind: Option<StackKind>) -> Result<Task
             if size == shared.stacks.config().stack_size {
                 shared.stacks.get().map(TaskStack::Pooled)
             } else {
-                // A size the runtime's pool does not hold: its own pool of that size, shared by
-                // the coroutines that ask for it (the process-wide registry of pools by size).
-                pool_of_size(size)?.get().map(TaskStack::Pooled)
+                // A size the runtime's pool does not hold: the runtime's pool of that size,
+                // shared by its coroutines that ask for it.
+                shared.pool_of_size(size)?.get().map(TaskStack::Pooled)
             }
         }
         #[cfg(feature = "stack-growable")]
@@ -281,24 +296,6 @@ pub(crate) fn stack_for(shared: &Shared, kind: Option<StackKind>) -> Result<Task
         }),
         Some(StackKind::Shared) => unreachable!("shared stacks are per worker"),
     }
-}
-
-/// Pools of non-default sizes, one per size, for the life of the process.
-fn pool_of_size(size: usize) -> Result<StackPool, StackError> {
-    use std::collections::HashMap;
-    use std::sync::{Mutex, OnceLock};
-    static POOLS: OnceLock<Mutex<HashMap<usize, StackPool>>> = OnceLock::new();
-    let pools = POOLS.get_or_init(Default::default);
-    let mut pools = crate::task::lock(pools);
-    if let Some(p) = pools.get(&size) {
-        return Ok(p.clone());
-    }
-    let pool = StackPool::new(spindle_stack::PoolConfig {
-        stack_size: size,
-        ..spindle_stack::PoolConfig::default()
-    })?;
-    pools.insert(size, pool.clone());
-    Ok(pool)
 }
 
 static NEXT_TASK_ID: AtomicU64 = AtomicU64::new(1);

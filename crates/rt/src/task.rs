@@ -148,10 +148,13 @@ pub(crate) struct Header {
     pub(crate) locals: UnsafeCell<crate::local::Locals>,
 }
 
-// SAFETY: `no_cancel`, `pins`, `timer` and `locals` are only touched by the coroutine of this task while it runs,
-// and a task runs on one thread at a time (it is in at most one queue or on one worker: see the
-// module docs; the hand-off between workers goes through the policy's queues, which
-// synchronize).
+// SAFETY: `no_cancel`, `pins`, `timer` and `locals` are only touched by the coroutine of this
+// task while it runs, and a task runs on one thread at a time (it is in at most one queue or on
+// one worker: see the module docs; the hand-off between workers goes through the policy's
+// queues, which synchronize). One exception, on that same thread: `no_cancel` of a suspended
+// task pinned to a worker (not migratable) may be lowered by other code that worker runs (its
+// `CancelGuard` dropped there: `WorkerCtx::end_others_cancel_deferral`), which cannot overlap
+// the task's own run on that thread.
 // Everything else is atomic or immutable.
 unsafe impl Sync for Header {}
 

@@ -25,8 +25,8 @@
 
 use std::cell::{Cell, RefCell};
 use std::ptr;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
@@ -70,6 +70,20 @@ const DRIVER_POLL_EVERY: u32 = 61;
 pub(crate) struct TimerEntry {
     task: TaskRef,
     seq: u64,
+}
+
+/// Timers of one worker's wheel that other workers want cancelled: a migratable coroutine that
+/// resumed on another worker than the one that armed its park's timer sends the key here
+/// (only the owner touches its wheel). Otherwise the entry, and the task reference it holds,
+/// would stay until the deadline: one per migration, keeping a finished task's block alive.
+/// The owner takes them in [`WorkerCtx::fire_timers`] and before it sleeps; a key whose timer
+/// has fired meanwhile matches nothing (keys carry a generation).
+#[derive(Default)]
+#[repr(align(128))] // The owner reads `pending` often; other workers' inboxes write theirs.
+pub(crate) struct TimerInbox {
+    /// `keys` is not empty (written under its lock; read without it as a hint).
+    pending: AtomicBool,
+    keys: Mutex<Vec<TimerKey>>,
 }
 
 /// The state of one worker, on its own thread.
@@ -369,7 +383,14 @@ impl WorkerCtx {
                 }
             }
             shared.idle.prepare_sleep(self.index);
-            if shared.policy.has_work(self.index) || shared.stop.load(Ordering::Acquire) {
+            // Timer cancels sent by other workers count as work: the sender wakes this worker
+            // only if it sees it asleep (`cancel_remote_timer`), the other side of this look.
+            if shared.policy.has_work(self.index)
+                || shared.stop.load(Ordering::Acquire)
+                || shared.timer_inboxes[self.index]
+                    .pending
+                    .load(Ordering::Relaxed)
+            {
                 shared.idle.cancel_sleep(self.index);
                 shared.monitor.worker_awake();
                 continue;
@@ -436,6 +457,12 @@ impl WorkerCtx {
     /// Fires every due timer. `now`: the caller's reading of the clock, if it has one; else
     /// the clock is read only when a timer is pending (the busy loop asks every 16 tasks).
     fn fire_timers(&self, now: Option<Instant>) {
+        if self.shared.timer_inboxes[self.index]
+            .pending
+            .load(Ordering::Relaxed)
+        {
+            self.take_remote_cancels();
+        }
         let mut due = Vec::new();
         {
             let mut timers = self.timers.borrow_mut();
@@ -608,21 +635,92 @@ impl WorkerCtx {
     /// Whether this worker holds more than it keeps when idle (see `IDLE_RELEASE_AFTER`).
     fn holds_idle_excess(&self) -> bool {
         crate::task_alloc::held() > crate::task_alloc::IDLE_BYTES
-            || self.shared.stacks.thread_cached() > IDLE_STACKS_IN_THREAD
-            || self.shared.stacks.shared_pooled() > IDLE_STACKS_SHARED
+            || self
+                .shared
+                .holds_idle_stacks_beyond(IDLE_STACKS_IN_THREAD, IDLE_STACKS_SHARED)
     }
 
-    /// Gives back what a spike left: task blocks and stacks beyond the idle amounts.
+    /// Gives back what a spike left: task blocks and stacks (of every size the runtime pools)
+    /// beyond the idle amounts.
     fn release_idle_excess(&self) {
         crate::task_alloc::trim(crate::task_alloc::IDLE_BYTES);
         self.shared
-            .stacks
-            .shrink(IDLE_STACKS_IN_THREAD, IDLE_STACKS_SHARED);
+            .shrink_stacks(IDLE_STACKS_IN_THREAD, IDLE_STACKS_SHARED);
+    }
+
+    /// Ends a level of cancel deferral of task `task`, which is not the running one: its
+    /// `CancelGuard` was dropped by other code of this thread (a thread-local handed it over).
+    ///
+    /// Its depth is a plain cell that only code on the task's thread touches: so this is done
+    /// only for a task pinned to this worker, which cannot run while this code does. A
+    /// migratable task may be running on another worker now: its deferral is left in place
+    /// (`Builder::migratable` says so). A task that has finished needs nothing; one that has
+    /// a pending cancel and no deferral left is woken to carry the cancel out, as its own drop
+    /// of the guard would have made its next park do.
+    #[cold]
+    #[inline(never)]
+    fn end_others_cancel_deferral(&self, task: u64) {
+        // The guard was made on this thread by a coroutine that has switched away since, at a
+        // suspension, which gave it a registry slot (see `register_once`).
+        let Some(task) = self.shared.tasks.find(task) else {
+            return;
+        };
+        let header = task.header();
+        if header.migratable || header.home.load(Ordering::Acquire) != self.index {
+            return;
+        }
+        let depth = header.no_cancel.get().saturating_sub(1);
+        header.no_cancel.set(depth);
+        if depth == 0 && header.load() & crate::task::State::CANCELLED != 0 {
+            crate::join::cancel_task(&task);
+        }
     }
 
     /// Cancels a timer of this worker (a parked task was woken before its deadline).
     fn cancel_timer(&self, key: TimerKey) {
         drop(self.timers.borrow_mut().cancel(key));
+    }
+
+    /// Asks worker `owner` (not this one) to cancel the timer `key` of its wheel: the timer of
+    /// a park that a migratable coroutine resumed from here. Wakes the owner if it sleeps, so
+    /// that the task reference in the entry goes at once.
+    #[cold]
+    #[inline(never)]
+    fn cancel_remote_timer(&self, owner: usize, key: TimerKey) {
+        let shared = &*self.shared;
+        let Some(inbox) = shared.timer_inboxes.get(owner) else {
+            return;
+        };
+        {
+            let mut keys = crate::task::lock(&inbox.keys);
+            keys.push(key);
+            inbox.pending.store(true, Ordering::Relaxed);
+        }
+        // `notify_worker` fences before it looks: either it sees the owner asleep (and
+        // unparks it), or the owner's look at `pending` after announcing its sleep sees ours.
+        if shared.idle.notify_worker(owner) {
+            shared.unpark(owner);
+        }
+    }
+
+    /// Cancels the timers other workers sent to this one (see [`TimerInbox`]).
+    #[cold]
+    fn take_remote_cancels(&self) {
+        let inbox = &self.shared.timer_inboxes[self.index];
+        let keys = {
+            let mut keys = crate::task::lock(&inbox.keys);
+            inbox.pending.store(false, Ordering::Relaxed);
+            std::mem::take(&mut *keys)
+        };
+        // The entries' task references are dropped outside the wheel's borrow (a drop may
+        // free a task, whose destructors may run code).
+        let cancelled: Vec<_> = {
+            let mut timers = self.timers.borrow_mut();
+            keys.into_iter()
+                .filter_map(|key| timers.cancel(key))
+                .collect()
+        };
+        drop(cancelled);
     }
 }
 
@@ -667,6 +765,27 @@ impl Hook for WorkerCtx {
         } else {
             depth.saturating_sub(1)
         });
+    }
+
+    fn begin_cancel_deferral(&self) -> u64 {
+        // SAFETY: as in `defer_cancel`.
+        let header = unsafe { &*self.current_header.get() };
+        header.no_cancel.set(header.no_cancel.get() + 1);
+        header.id
+    }
+
+    fn end_cancel_deferral(&self, task: u64) {
+        let header = self.current_header.get();
+        // SAFETY: non-null only while the worker runs that coroutine and keeps its task alive;
+        // the caller is that coroutine (a worker runs nothing else while one runs).
+        match unsafe { header.as_ref() } {
+            Some(header) if header.id == task => {
+                header
+                    .no_cancel
+                    .set(header.no_cancel.get().saturating_sub(1));
+            }
+            _ => self.end_others_cancel_deferral(task),
+        }
     }
 
     fn cancel_requested(&self) -> bool {
@@ -744,13 +863,17 @@ fn park_current(header: *const Header, deadline: Option<Instant>) -> Wake {
         .store(seq.wrapping_add(1), Ordering::Release);
     suspend_current(header, Suspend::Park(deadline));
     // Resumed — possibly on another worker if the task is migratable: use no worker state
-    // from before the switch.
+    // from before the switch. The timer is cancelled wherever it lives: on another worker, by
+    // that worker (the cold path, migratable tasks only).
     if let Some((worker, key)) = header.timer.take()
         && let Some(ctx) = current()
-        && ctx.index == worker
         && header.belongs_to(&ctx.shared)
     {
-        ctx.cancel_timer(key);
+        if ctx.index == worker {
+            ctx.cancel_timer(key);
+        } else {
+            ctx.cancel_remote_timer(worker, key);
+        }
     }
     // Something moved the task out of idle: a wake-up (which leaves no permit then: the resume
     // is the wake-up; see `Header::notify`), a cancel (unwinds here, unless deferred: then this
