@@ -424,6 +424,11 @@ fn drive<F: Future + ?Sized>(mut future: Pin<&mut F>) -> F::Output {
             if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
                 return output;
             }
+            // One operation of the slice's budget per poll that left the future pending: one
+            // that wakes itself (an async `yield_now`, a re-polling select) keeps this loop
+            // polling without a park, and would keep the worker for good, with no cancellation
+            // point; this yields the coroutine when the slice is spent (a no-op on a thread).
+            consume_budget();
         } else {
             // A wake-up that comes now sets the permit (and the flag): this returns at once.
             park();
@@ -797,21 +802,53 @@ impl WakeTrait for ThreadParker {
 }
 
 thread_local! {
-    static THREAD_PARKER: Arc<ThreadParker> = Arc::new(ThreadParker {
+    static THREAD_PARKER: ParkerSlot = ParkerSlot(Arc::new(ThreadParker {
         thread: thread::current(),
         permit: AtomicBool::new(false),
-    });
+    }));
+    /// The thread's parker once `THREAD_PARKER` is destroyed (thread exit), if it was still
+    /// needed then: a leaked `Arc` (no destructor, so it stays usable to the end).
+    static LATE_PARKER: Cell<*const ThreadParker> = const { Cell::new(ptr::null()) };
+}
+
+/// The thread's parker, for the thread's life. When thread-locals are destroyed at thread
+/// exit, a waker of it may still be woken (by another thread) while a later destructor waits:
+/// the parker then lives on in `LATE_PARKER`, so that the wait and the waker share one permit.
+struct ParkerSlot(Arc<ThreadParker>);
+
+impl Drop for ParkerSlot {
+    fn drop(&mut self) {
+        // Other references: wakers still out. (A count that falls meanwhile only leaks it.)
+        if Arc::strong_count(&self.0) > 1 {
+            LATE_PARKER.set(Arc::into_raw(self.0.clone()));
+        }
+    }
 }
 
 fn thread_parker() -> Arc<ThreadParker> {
-    THREAD_PARKER.try_with(Arc::clone).unwrap_or_else(|_| {
-        // During this thread's thread-local destruction: a parker of its own that still works
-        // (a waker made here and used later finds the same thread).
-        Arc::new(ThreadParker {
+    THREAD_PARKER
+        .try_with(|slot| slot.0.clone())
+        .unwrap_or_else(|_| late_parker())
+}
+
+/// The parker during and after the destruction of `THREAD_PARKER`: the same one every time
+/// (a park and the waker taken just before it must share a permit), leaked with the thread.
+#[cold]
+fn late_parker() -> Arc<ThreadParker> {
+    let mut raw = LATE_PARKER.get();
+    if raw.is_null() {
+        raw = Arc::into_raw(Arc::new(ThreadParker {
             thread: thread::current(),
             permit: AtomicBool::new(false),
-        })
-    })
+        }));
+        LATE_PARKER.set(raw);
+    }
+    // SAFETY: `raw` came from `Arc::into_raw` and that reference is never given back (leaked):
+    // the parker is alive, and this makes one more reference for the caller.
+    unsafe {
+        Arc::increment_strong_count(raw);
+        Arc::from_raw(raw)
+    }
 }
 
 fn thread_waker() -> Waker {

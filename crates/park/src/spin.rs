@@ -13,6 +13,7 @@
 //! the case the `yield_now` fallback is for. Not a general-purpose lock.
 
 use std::cell::UnsafeCell;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -50,7 +51,10 @@ impl<T> SpinLock<T> {
         if self.locked.swap(true, Ordering::Acquire) {
             self.lock_contended();
         }
-        SpinGuard { lock: self }
+        SpinGuard {
+            lock: self,
+            _value: PhantomData,
+        }
     }
 
     #[cold]
@@ -93,6 +97,10 @@ impl<T: Default> Default for SpinLock<T> {
 /// only move values, so there is nothing to poison).
 pub struct SpinGuard<'a, T> {
     lock: &'a SpinLock<T>,
+    /// Send and Sync as a `&mut T` is: a shared guard hands out `&T`, so it may cross threads
+    /// only if `T` is `Sync` (the lock alone, `Sync` for `T: Send`, would make every guard
+    /// `Sync`: `&Cell` on two threads at once).
+    _value: PhantomData<&'a mut T>,
 }
 
 impl<T> std::fmt::Debug for SpinGuard<'_, T> {
