@@ -6,21 +6,35 @@
 //! unloads after dropping the runtime still has them; so does a test harness checking for
 //! leaked threads.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use spindle_rt::{IoBackend, Runtime};
 
-/// Threads of this process whose name starts with `prefix`.
-fn threads_named(prefix: &str) -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.trim_end().starts_with(prefix))
-        .count()
+/// Blocking-pool threads that have run a job (each counts once: its thread-local is made)…
+static STARTED: AtomicUsize = AtomicUsize::new(0);
+/// …and those whose thread-locals have been destroyed: the thread has ended its code.
+static ENDED: AtomicUsize = AtomicUsize::new(0);
+
+struct ThreadProbe;
+impl Drop for ThreadProbe {
+    fn drop(&mut self) {
+        ENDED.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+thread_local! {
+    static PROBE: ThreadProbe = {
+        STARTED.fetch_add(1, Ordering::SeqCst);
+        ThreadProbe
+    };
 }
 
 /// Correct: when `drop(rt)` returns, the runtime's threads — blocking-pool threads included —
-/// are gone (the pool's threads are joined, as tokio's runtime joins its blocking threads).
+/// have ended (the pool's threads are joined, as tokio's runtime joins its blocking threads).
+/// Checked by their thread-locals' destructors, which a joined thread has run: counting the
+/// process's threads in /proc was flaky, since the kernel lists a thread a moment after
+/// `pthread_join` has returned.
 #[test]
 fn dropping_the_runtime_leaves_no_blocking_pool_thread_running() {
     let mut left = Vec::new();
@@ -35,7 +49,10 @@ fn dropping_the_runtime_leaves_no_blocking_pool_thread_running() {
             let hs: Vec<_> = (0..16)
                 .map(|_| {
                     spindle_rt::spawn(|| {
-                        spindle_rt::blocking(|| std::thread::sleep(Duration::from_millis(5)))
+                        spindle_rt::blocking(|| {
+                            PROBE.with(|_| ());
+                            std::thread::sleep(Duration::from_millis(5))
+                        })
                     })
                 })
                 .collect();
@@ -44,9 +61,7 @@ fn dropping_the_runtime_leaves_no_blocking_pool_thread_running() {
             }
         });
         drop(rt);
-        left.push(threads_named("spindle-blocki"));
-        // Let them go before the next round.
-        std::thread::sleep(Duration::from_millis(30));
+        left.push(STARTED.load(Ordering::SeqCst) - ENDED.load(Ordering::SeqCst));
     }
     assert!(
         left.iter().all(|&n| n == 0),
