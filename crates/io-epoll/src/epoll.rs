@@ -548,6 +548,13 @@ impl Reactor for Shared {
             // took the registration with it.
             return Ok(());
         };
+        // Looked up first: an fd number bound to another registration now belongs to another
+        // source (this one's was closed without a deregister and reused), whose registration
+        // `EPOLL_CTL_DEL` would remove. Dropped from the table either way, as the trait
+        // promises.
+        let Some(removed) = self.table().unbind(source, io) else {
+            return Ok(());
+        };
         let mut unused = libc::epoll_event { events: 0, u64: 0 };
         // SAFETY: the epoll fd is open (read guard); `unused` is a valid epoll_event (kernels
         // before 2.6.9 require a non-null pointer even for EPOLL_CTL_DEL).
@@ -564,8 +571,6 @@ impl Reactor for Shared {
         } else {
             Ok(())
         };
-        // Dropped from the table either way, as the trait promises.
-        let removed = self.table().unbind(source, io);
         drop(guard);
         drop(removed);
         result

@@ -458,11 +458,15 @@ impl Reactor for Shared {
             return Ok(());
         };
         let mut table = self.table();
+        // Looked up first: a source number bound to another registration now belongs to
+        // another source (this one's was closed without a deregister and reused), whose
+        // registration the delete would remove.
+        let Some(removed) = table.unbind(source, io) else {
+            return Ok(());
+        };
         // SAFETY: the caller deregisters before it closes the source (Reactor contract), so it
         // is open during this call.
         let result = poller.delete(unsafe { borrow(source) });
-        // Dropped from the table either way, as the trait promises.
-        let removed = table.unbind(source, io);
         drop(table);
         drop(guard);
         drop(removed);

@@ -102,7 +102,8 @@
 //! request ends on an accept error (the next `accept` returns the error and arms again), when
 //! the queue holds [`ACCEPT_READ_AHEAD`](spindle_io::driver::ACCEPT_READ_AHEAD) connections
 //! nobody took yet (the next `accept` that empties it arms again: the rest wait in the
-//! kernel's backlog), when an `accept` on a plain thread needs the backlog to itself, or when
+//! kernel's backlog; a burst can exceed it, since the kernel accepts what the backlog holds
+//! within one turn of the ring), when an `accept` on a plain thread needs the backlog to itself, or when
 //! the last handle on the listener is dropped. Each of these posts a cancel to this driver's
 //! mailbox (from any thread) and wakes it; its next `park` submits the cancel. Connections
 //! accepted but not taken are closed with the listener. A kernel that answers `EINVAL` turns multishot accept off for this driver (single

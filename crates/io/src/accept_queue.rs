@@ -9,10 +9,13 @@
 //! through the function its driver left ([`AcceptQueue::armed`]) — from whatever thread drops
 //! it — and connections accepted but not taken are closed.
 //!
-//! The queue takes at most [`ACCEPT_READ_AHEAD`] connections ahead of the `accept` calls: when it
-//! holds that many the request is cancelled, and the next `accept` that finds the queue empty
-//! arms a new one. Connections nobody asked for stay in the kernel's backlog, as they would
-//! without multishot accept, instead of filling the process's descriptor table. An `accept`
+//! The queue cancels its request once it holds [`ACCEPT_READ_AHEAD`] connections nobody took,
+//! and the next `accept` that finds it empty arms a new one: connections nobody asked for then
+//! stay in the kernel's backlog, as they would without multishot accept, instead of filling
+//! the process's descriptor table. The bound is on a burst, not exact: the kernel accepts in a
+//! loop inside one turn of the ring (until the backlog is empty), before the driver sees a
+//! completion, so a burst may take up to a listen backlog's worth (1,024 for `bind`) before
+//! the cancel lands — once, until an `accept` empties the queue again. An `accept`
 //! outside a task (a plain thread, which accepts with the blocking call) cancels the request
 //! too and takes what it delivered until its last completion, so that no connection is left
 //! in a queue nobody reads while the thread waits in the kernel's backlog.
@@ -29,7 +32,8 @@ use std::task::Waker;
 /// Stops an armed multishot request (called at most once, from any thread).
 pub type CancelFn = Box<dyn FnOnce() + Send>;
 
-/// The most connections a queue holds before it cancels its request (see the module docs).
+/// The connections a queue holds, not taken yet, at which it cancels its request (see the
+/// module docs: a burst may exceed it).
 pub const ACCEPT_READ_AHEAD: usize = 16;
 
 /// Connections accepted ahead of `accept` calls by a multishot accept (io_uring's

@@ -98,7 +98,9 @@ pub trait Reactor: Send + Sync + 'static {
     fn register(&self, source: RawSource) -> io::Result<Arc<ScheduledIo>>;
 
     /// Removes `source`'s registration. Called before the source is closed: an fd that was
-    /// `dup`ed would otherwise keep delivering events for the closed one.
+    /// `dup`ed would otherwise keep delivering events for the closed one. Only `io`'s: if the
+    /// number is registered for another source now (this one was closed without a deregister
+    /// and the number reused), that registration is left alone.
     ///
     /// # Errors
     ///

@@ -3,11 +3,15 @@
 //! and then block the thread in the kernel), the calling thread outside a runtime.
 
 use std::borrow::Cow;
+use std::collections::VecDeque;
 use std::fmt;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::task::Waker;
 
 use crate::driver::{Op, OpKind};
 use crate::source::Evented;
@@ -27,6 +31,13 @@ const BOUNCE_MAX: usize = 1 << 20;
 /// Like [`std::fs::File`] (`Read`, `Write`, `Seek`, also for `&File`), but reads, writes and
 /// syncs suspend only the calling coroutine.
 ///
+/// Reads, writes and seeks at the file position through one `File` (shared as `&File`) take
+/// turns, first come first served, so each moves the position atomically as `read(2)` does:
+/// io_uring's reads "at the file position" take the position at submission and store it at
+/// completion without the kernel's position lock, so two of them in flight together read the
+/// same bytes. Other descriptors of the same open file (`dup`, [`std::fs::File::try_clone`])
+/// are not covered: use `read_at`/`write_at` there.
+///
 /// ```
 /// use std::io::{Read, Write};
 /// let path = std::env::temp_dir().join(format!("spindle-fs-doc-{}", std::process::id()));
@@ -42,6 +53,8 @@ const BOUNCE_MAX: usize = 1 << 20;
 pub struct File {
     ev: Evented,
     inner: std::fs::File,
+    /// Held around every operation at the file position (see the type's docs).
+    position: PositionLock,
 }
 
 impl File {
@@ -84,12 +97,13 @@ impl File {
         File {
             ev: Evented::new(file.as_raw_fd()),
             inner: file,
+            position: PositionLock::new(),
         }
     }
 
     /// The std file.
     pub fn into_std(self) -> std::fs::File {
-        let File { ev, inner } = self;
+        let File { ev, inner, .. } = self;
         drop(ev);
         inner
     }
@@ -182,6 +196,7 @@ impl File {
         if buf.is_empty() {
             return Ok(0);
         }
+        let _turn = offset.is_none().then(|| self.position.lock());
         if let Some(r) = self.ev.completion(OpKind::Read, |p, fd| {
             if spindle_park::on_copying_stack() {
                 let mut bounce = vec![0u8; buf.len().min(BOUNCE_MAX)];
@@ -222,6 +237,7 @@ impl File {
         if buf.is_empty() {
             return Ok(0);
         }
+        let _turn = offset.is_none().then(|| self.position.lock());
         if let Some(r) = self.ev.completion(OpKind::Write, |p, fd| {
             if spindle_park::on_copying_stack() {
                 let bounce = buf[..buf.len().min(BOUNCE_MAX)].to_vec();
@@ -284,14 +300,170 @@ impl Write for &File {
 
 impl Seek for File {
     fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
-        // lseek(2) never blocks.
+        // lseek(2) never blocks. (`&mut self`: no other operation of this `File` is in flight.)
         self.inner.seek(pos)
     }
 }
 
 impl Seek for &File {
     fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        // In turn with the reads and writes at the position: an io_uring read in flight would
+        // otherwise store its end position over the seek's.
+        let _turn = self.position.lock();
         (&self.inner).seek(pos)
+    }
+}
+
+/// Makes a `File`'s operations at the file position take turns (see [`File`]): a lock whose
+/// waiters park (only the task waits, inside a runtime) and are woken first come first served.
+/// Uncontended, taking and releasing it is one atomic read-modify-write each.
+struct PositionLock {
+    /// [`HELD`], plus [`WAITER`] for each task in `queue` or just taken out of it and not yet
+    /// back from its park.
+    state: AtomicUsize,
+    queue: Mutex<Waiters>,
+}
+
+/// The tasks waiting for a [`PositionLock`], in order; each knows its entry by its id.
+struct Waiters {
+    tasks: VecDeque<(u64, Waker)>,
+    next_id: u64,
+}
+
+const HELD: usize = 1;
+const WAITER: usize = 2;
+
+impl PositionLock {
+    fn new() -> PositionLock {
+        PositionLock {
+            state: AtomicUsize::new(0),
+            queue: Mutex::new(Waiters {
+                tasks: VecDeque::new(),
+                next_id: 0,
+            }),
+        }
+    }
+
+    fn queue(&self) -> MutexGuard<'_, Waiters> {
+        // Nothing is left half-done under this lock by a panic (a push, a pop, a removal).
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes the lock, parking the current task while another operation holds it.
+    fn lock(&self) -> PositionGuard<'_> {
+        let mut turn = None;
+        while !self.try_take() {
+            let mut waiting = self.enqueue(turn);
+            // Announced (and queued) before the lock is tried again: a release either comes
+            // after this try and sees the count, or before it and the try succeeds.
+            if !self.try_take() {
+                spindle_park::park();
+            }
+            waiting.leave();
+            // Taken, or tried again; if another operation came first (or the wake-up was a
+            // stale one), the task queues again under the same number, keeping its place.
+            turn = Some(waiting.id);
+        }
+        PositionGuard { lock: self }
+    }
+
+    fn try_take(&self) -> bool {
+        let mut state = self.state.load(Ordering::Relaxed);
+        while state & HELD == 0 {
+            match self.state.compare_exchange_weak(
+                state,
+                state | HELD,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(actual) => state = actual,
+            }
+        }
+        false
+    }
+
+    /// Queues the current task, in the order of the numbers the tasks drew (`turn`: the one
+    /// it drew before; `None`: draw one), and counts it in `state`.
+    fn enqueue(&self, turn: Option<u64>) -> Waiting<'_> {
+        let id = {
+            let mut queue = self.queue();
+            let id = turn.unwrap_or_else(|| {
+                let id = queue.next_id;
+                queue.next_id += 1; // 2^64 waits: never wraps
+                id
+            });
+            let at = queue.tasks.partition_point(|(queued, _)| *queued < id);
+            queue.tasks.insert(at, (id, spindle_park::waker()));
+            id
+        };
+        // AcqRel, as the release's `fetch_sub`: whichever comes second in the state's order
+        // sees what the first did (the queued entry, or the lock released).
+        self.state.fetch_add(WAITER, Ordering::AcqRel);
+        Waiting {
+            lock: self,
+            id,
+            left: false,
+        }
+    }
+
+    /// Wakes the task at the head of the queue (it takes the lock itself, or waits again).
+    fn wake_next(&self) {
+        let next = self.queue().tasks.pop_front();
+        if let Some((_, waker)) = next {
+            waker.wake();
+        }
+    }
+}
+
+/// A task's place in a [`PositionLock`]'s queue, from its `enqueue` to its `leave`.
+struct Waiting<'a> {
+    lock: &'a PositionLock,
+    id: u64,
+    left: bool,
+}
+
+impl Waiting<'_> {
+    /// Takes the task out of the queue and the count; true if a release had already taken it
+    /// out (and so meant its wake-up for this task).
+    fn leave(&mut self) -> bool {
+        self.left = true;
+        let popped = {
+            let mut queue = self.lock.queue();
+            match queue.tasks.iter().position(|(id, _)| *id == self.id) {
+                Some(at) => {
+                    queue.tasks.remove(at);
+                    false
+                }
+                None => true,
+            }
+        };
+        self.lock.state.fetch_sub(WAITER, Ordering::AcqRel);
+        popped
+    }
+}
+
+impl Drop for Waiting<'_> {
+    /// Only when the park unwound (the task was cancelled): a wake-up a release meant for this
+    /// task goes to the next one, if the lock is still free.
+    fn drop(&mut self) {
+        if !self.left && self.leave() && self.lock.state.load(Ordering::Acquire) & HELD == 0 {
+            self.lock.wake_next();
+        }
+    }
+}
+
+/// A turn at a [`PositionLock`]: released when dropped (also when the operation unwinds).
+struct PositionGuard<'a> {
+    lock: &'a PositionLock,
+}
+
+impl Drop for PositionGuard<'_> {
+    fn drop(&mut self) {
+        // `HELD` is set (this guard holds it): subtracting it clears it and reports the count.
+        if self.lock.state.fetch_sub(HELD, Ordering::AcqRel) >= WAITER {
+            self.lock.wake_next();
+        }
     }
 }
 

@@ -214,13 +214,15 @@ impl<S: Hash + Eq + Copy, V> Registrations<S, V> {
         Some(value)
     }
 
-    /// Removes every registration and returns their sources and values.
+    /// Removes every registration and returns their sources and values. The table's storage
+    /// is freed (a driver drains its table when it shuts down, and its reactor handle may live
+    /// on in sources that outlive it); it grows again if used.
     pub fn drain(&mut self) -> Vec<(S, V)> {
-        self.by_source.clear();
-        self.free.clear();
+        self.by_source = HashMap::new();
+        self.free = Vec::new();
         self.len = 0;
-        self.slots
-            .drain(..)
+        std::mem::take(&mut self.slots)
+            .into_iter()
             .filter_map(|slot| slot.value.map(|value| (slot.source, value)))
             .collect()
     }

@@ -30,13 +30,26 @@ struct Registration {
     io: Arc<ScheduledIo>,
 }
 
+impl Registration {
+    /// Whether waits can go here: its driver lives, and has not shut this registration down
+    /// (it does that to all at its end, and to one whose fd number was reused behind its back).
+    fn is_live(&self) -> bool {
+        self.reactor.is_alive() && !self.io.is_shutdown()
+    }
+}
+
 /// The waiting machinery of one source.
 ///
 /// Registrations are kept until the source is dropped (a source registers again only when it
-/// moves to another runtime, so the list stays tiny). That lets `current` and `latest` point at
-/// the latest one without a lock: what they point to (boxed) lives as long as `self`.
-/// (`deregister` empties the list, but only with no operation in progress: at the drop, or
-/// when the source is handed out by value.)
+/// moves to another runtime, or its registration was shut down). That lets `current` and
+/// `latest` point at the latest one without a lock: what they point to (boxed) lives as long
+/// as `self`. (`deregister` empties the list, but only with no operation in progress: at the
+/// drop, or when the source is handed out by value.) One whose driver is gone keeps little:
+/// the driver freed its registration table when it shut down, leaving the box, the
+/// `ScheduledIo` and the reactor handle's own struct (about 300 bytes with epoll) per runtime
+/// the source met. Freeing those while the source lives would need each call to announce
+/// itself (two atomic read-modify-writes on every read and write), as a call may still be
+/// reading one that was the latest when it started.
 pub(crate) struct Evented {
     fd: RawSource,
     /// The latest registration's `ScheduledIo` (null: none yet), owned by `regs`.
@@ -65,13 +78,36 @@ pub(crate) struct Evented {
 
 const NO_TIMEOUT: u64 = u64::MAX;
 
-/// The largest buffer bounced through the heap for a task on a copying stack (a read or write
-/// may transfer less than asked, so larger buffers are served in parts).
+/// The largest buffer of a byte stream bounced through the heap for a task on a copying stack
+/// (a stream's read or write may transfer less than asked, so larger buffers are served in
+/// parts). A datagram's buffer is bounced whole: a part would cut the message.
 const BOUNCE_MAX: usize = 64 * 1024;
 
 /// In a runtime without an IO driver, a wait occupies a blocking-pool thread for at most this
 /// long at a time (then the task checks for cancellation and waits again).
 const OFFLOADED_WAIT_SLICE: Duration = Duration::from_millis(50);
+
+/// What a source's reads and writes carry, which decides how much of a buffer on a copying
+/// stack is bounced through the heap at a time.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Framing {
+    /// A byte stream: a short count is a partial transfer the caller continues, so at most
+    /// [`BOUNCE_MAX`] bytes are bounced per call.
+    Stream,
+    /// Messages: each call transfers one whole message, so the whole buffer is bounced (a
+    /// smaller bounce would truncate the datagram).
+    Datagram,
+}
+
+impl Framing {
+    /// How many bytes of a `len`-byte buffer one bounced call covers.
+    fn bounce_len(self, len: usize) -> usize {
+        match self {
+            Framing::Stream => len.min(BOUNCE_MAX),
+            Framing::Datagram => len,
+        }
+    }
+}
 
 /// Which way an operation waits.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -141,6 +177,29 @@ impl Evented {
         };
         self.slot(dir).store(nanos, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Takes over the timeouts a socket carries itself (`SO_RCVTIMEO`, `SO_SNDTIMEO`: where
+    /// std's handles keep theirs), as std reads them; one that could not be read stays none.
+    pub(crate) fn adopt_timeouts(
+        &self,
+        read: io::Result<Option<Duration>>,
+        write: io::Result<Option<Duration>>,
+    ) {
+        for (dir, timeout) in [(Direction::Read, read), (Direction::Write, write)] {
+            if let Ok(timeout @ Some(_)) = timeout {
+                // std never reports a zero timeout, the one value `set_timeout` refuses.
+                let _ = self.set_timeout(dir, timeout);
+            }
+        }
+    }
+
+    /// Gives `self` the timeouts of `other` (another handle on the same socket).
+    pub(crate) fn copy_timeouts(&self, other: &Evented) {
+        for dir in [Direction::Read, Direction::Write] {
+            self.slot(dir)
+                .store(other.slot(dir).load(Ordering::Relaxed), Ordering::Relaxed);
+        }
     }
 
     pub(crate) fn timeout(&self, dir: Direction) -> Option<Duration> {
@@ -240,8 +299,17 @@ impl Evented {
                 {
                     reg.io.clear_readiness(event, interest);
                 }
-                reg.reactor.rearm(self.fd, &reg.io, interest)?;
-                reg.io.wait(interest, deadline).map(drop)
+                let waited = reg
+                    .reactor
+                    .rearm(self.fd, &reg.io, interest)
+                    .and_then(|()| reg.io.wait(interest, deadline).map(drop));
+                match waited {
+                    // That reactor's driver shut down meanwhile (its runtime ended): the
+                    // caller's next try registers with the current one (`registration` passes
+                    // over this one now), as `ScheduledIo::shutdown` intends.
+                    Err(_) if !reg.is_live() => Ok(()),
+                    waited => waited,
+                }
             }
             // A completion driver (its operations were not used for this call), or no task:
             // wait for the source itself. In a task on a completion driver, the proactor's
@@ -274,16 +342,16 @@ impl Evented {
         }
     }
 
-    /// The registration to wait in: the latest one while its driver lives (whichever worker
-    /// that is: its events wake us wherever we run), else a new one with the current worker's
-    /// reactor. Called in a task whose driver has a reactor.
+    /// The registration to wait in: the latest one while it is live (its driver lives,
+    /// whichever worker that is: its events wake us wherever we run), else a new one with the
+    /// current worker's reactor. Called in a task whose driver has a reactor.
     fn registration(&self) -> io::Result<&Registration> {
         let latest = self.latest.load(Ordering::Acquire);
         if !latest.is_null() {
             // SAFETY: `latest` points at a boxed entry of `regs`, kept until `self` is dropped
             // or handed out (see the type's docs); the reference cannot outlive `&self`.
             let reg = unsafe { &*latest };
-            if reg.reactor.is_alive() {
+            if reg.is_live() {
                 return Ok(reg);
             }
         }
@@ -292,7 +360,7 @@ impl Evented {
             .ok_or_else(|| io::Error::other("no IO reactor on this thread"))?;
         let mut regs = self.regs();
         if let Some(latest) = regs.last()
-            && latest.reactor.is_alive()
+            && latest.is_live()
         {
             // Another thread registered meanwhile.
             let reg: *const Registration = &**latest;
@@ -393,17 +461,26 @@ impl Evented {
     }
 
     /// A read-like operation: through the proactor (`make` builds the op on a buffer; buffers
-    /// on a copying stack are bounced through the heap), else the non-blocking call `nb` with
-    /// readiness waits.
+    /// on a copying stack are bounced through the heap, as `framing` says), else the
+    /// non-blocking call `nb` with readiness waits.
     pub(crate) fn read_op(
         &self,
         kind: OpKind,
+        framing: Framing,
         buf: &mut [u8],
         deadline: Option<Instant>,
         make: impl for<'b> FnOnce(RawSource, &'b mut [u8]) -> Op<'b>,
         mut nb: impl FnMut(&mut [u8]) -> io::Result<usize>,
     ) -> io::Result<usize> {
-        self.read_op_with(kind, buf, deadline, make, |b| Ok((nb(b)?, true)), false)
+        self.read_op_with(
+            kind,
+            framing,
+            buf,
+            deadline,
+            make,
+            |b| Ok((nb(b)?, true)),
+            false,
+        )
     }
 
     /// A read of a byte stream (TCP, a Unix stream socket, a pipe): as
@@ -415,35 +492,40 @@ impl Evented {
     /// leaves data queued.
     ///
     /// `nb` returns the count and whether a short count may mean the end of the queue: a Unix
-    /// socket's read also stops at a message that carried descriptors or credentials (then
-    /// `false`). A TCP read also stops at the urgent mark: a stream that can carry urgent data
+    /// socket's read also stops at a message that carried descriptors or credentials, and at
+    /// each record of a `SOCK_SEQPACKET` socket; a pipe's at each write of a packet-mode pipe,
+    /// a terminal's at each line (then `false`). A TCP read also stops at the urgent mark: a stream that can carry urgent data
     /// ([`Evented::for_tcp_stream`]) clears only where its reactor reports it
     /// ([`Readiness::PRIORITY`]), and not once any came.
     pub(crate) fn read_stream_op(
         &self,
         kind: OpKind,
+        framing: Framing,
         buf: &mut [u8],
         deadline: Option<Instant>,
         make: impl for<'b> FnOnce(RawSource, &'b mut [u8]) -> Op<'b>,
         nb: impl FnMut(&mut [u8]) -> io::Result<(usize, bool)>,
     ) -> io::Result<usize> {
-        self.read_op_with(kind, buf, deadline, make, nb, true)
+        self.read_op_with(kind, framing, buf, deadline, make, nb, true)
     }
 
+    /// `drains`: a short count may clear the read readiness (see `read_stream_op`).
+    #[allow(clippy::too_many_arguments)] // the private common part of the two above
     fn read_op_with(
         &self,
         kind: OpKind,
+        framing: Framing,
         buf: &mut [u8],
         deadline: Option<Instant>,
         make: impl for<'b> FnOnce(RawSource, &'b mut [u8]) -> Op<'b>,
         mut nb: impl FnMut(&mut [u8]) -> io::Result<(usize, bool)>,
-        stream: bool,
+        drains: bool,
     ) -> io::Result<usize> {
         if let Some(r) = self.completion(kind, |p, fd| {
             if spindle_park::on_copying_stack() {
                 // Invariant 3: the kernel must not hold a pointer into a stack whose bytes move
                 // while the task is suspended.
-                let mut bounce = vec![0u8; buf.len().min(BOUNCE_MAX)];
+                let mut bounce = vec![0u8; framing.bounce_len(buf.len())];
                 let n = p.submit(make(fd, &mut bounce), deadline)?;
                 let n = n.min(bounce.len());
                 buf[..n].copy_from_slice(&bounce[..n]);
@@ -454,7 +536,7 @@ impl Evented {
         }) {
             return r;
         }
-        if stream {
+        if drains {
             let len = buf.len();
             self.readiness_stream_read(deadline, len, || nb(buf))
         } else {
@@ -523,6 +605,7 @@ impl Evented {
     pub(crate) fn write_op(
         &self,
         kind: OpKind,
+        framing: Framing,
         buf: &[u8],
         deadline: Option<Instant>,
         make: impl for<'b> FnOnce(RawSource, &'b [u8]) -> Op<'b>,
@@ -545,7 +628,7 @@ impl Evented {
                 }
             }
             if spindle_park::on_copying_stack() {
-                let bounce = buf[..buf.len().min(BOUNCE_MAX)].to_vec();
+                let bounce = buf[..framing.bounce_len(buf.len())].to_vec();
                 p.submit(make(fd, &bounce), deadline)
             } else {
                 p.submit(make(fd, buf), deadline)

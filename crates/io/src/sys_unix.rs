@@ -129,6 +129,51 @@ pub(crate) fn take_error(fd: RawFd) -> io::Result<Option<io::Error>> {
     Ok((err != 0).then(|| io::Error::from_raw_os_error(err)))
 }
 
+/// Whether `fd` is a socket that keeps message boundaries in order (`SOCK_SEQPACKET`), whose
+/// reads return one record each: a short read there leaves the next record queued. False if
+/// the type cannot be read.
+pub(crate) fn is_seqpacket(fd: RawFd) -> bool {
+    let mut ty: libc::c_int = 0;
+    let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `ty` and `len` are valid for writes and `len` holds ty's size.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TYPE,
+            (&mut ty as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    rc == 0 && ty == libc::SOCK_SEQPACKET
+}
+
+/// Whether `fd` is a pipe or FIFO whose writes are a byte stream: not a packet-mode pipe's
+/// writing end (Linux's `O_DIRECT`: each write a message; only the writing end shows the
+/// flag), nor a socket, a terminal or anything else; false if the descriptor cannot be
+/// inspected.
+pub(crate) fn is_byte_stream_fifo(fd: RawFd) -> bool {
+    let mut stat = mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `stat` is valid for writes of a `struct stat`, which fstat fills on success.
+    if unsafe { libc::fstat(fd, stat.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: fstat succeeded, so it initialised `stat`.
+    let mode = unsafe { stat.assume_init() }.st_mode;
+    if mode & libc::S_IFMT != libc::S_IFIFO {
+        return false;
+    }
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        // SAFETY: fcntl on an fd the caller owns; F_GETFL takes no argument.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        if flags < 0 || flags & libc::O_DIRECT != 0 {
+            return false;
+        }
+    }
+    true
+}
+
 /// Starts a non-blocking `connect(2)`. `Ok(true)`: connected; `Ok(false)`: in progress (wait
 /// for writability, then read `SO_ERROR`).
 pub(crate) fn connect_start(
@@ -382,12 +427,11 @@ pub(crate) fn is_not_connected(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::ENOTCONN)
 }
 
-/// A receive on `fd` into `buf` (peeking when `peek`), for a proactor.
 /// A read of a Unix stream socket (`recvmsg(2)` without room for ancillary data): the count,
 /// and whether a short count may mean the end of the queue. The kernel ends a read at a
 /// message that carried descriptors (`SCM_RIGHTS`, closed for want of room, as `read(2)`
 /// closes them) or, with `SO_PASSCRED`, at a change of writer; either sets `MSG_CTRUNC`, and
-/// then data may be queued behind the short count.
+/// then data may be queued behind the short count. So may a record's end (`MSG_EOR`).
 pub(crate) fn recv_stream(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, bool)> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
@@ -403,9 +447,15 @@ pub(crate) fn recv_stream(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, bool)
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok((n as usize, msg.msg_flags & libc::MSG_CTRUNC == 0))
+    // `MSG_EOR`: a record's end (a `SOCK_SEQPACKET` socket where the kernel says so; Linux
+    // does not, so `UnixStream` also asks the socket's type when it adopts one).
+    Ok((
+        n as usize,
+        msg.msg_flags & (libc::MSG_CTRUNC | libc::MSG_EOR) == 0,
+    ))
 }
 
+/// A receive on `fd` into `buf` (peeking when `peek`), for a proactor.
 pub(crate) fn recv_op(fd: RawFd, buf: &mut [u8], peek: bool) -> crate::Op<'_> {
     crate::Op::Recv {
         fd,

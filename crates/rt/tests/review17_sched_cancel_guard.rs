@@ -77,7 +77,10 @@ fn a_coroutine_that_drops_another_ones_guard_keeps_its_own_protection() {
     // runtime waits for it.
     std::mem::forget(a);
     std::mem::forget(rt);
-    assert!(matches!(joined, Ok(Err(JoinError::Cancelled))), "{joined:?}");
+    assert!(
+        matches!(joined, Ok(Err(JoinError::Cancelled))),
+        "{joined:?}"
+    );
     assert!(
         survived.load(Ordering::SeqCst),
         "B unwound from a park while it held a CancelGuard (its depth was taken by A's guard)"

@@ -64,7 +64,10 @@ fn a_spike_of_custom_size_stacks_does_not_stay_mapped_after_the_runtime() {
         .map(|(len, n)| (len, n - before.get(len).copied().unwrap_or(0).min(*n)))
         .max_by_key(|&(_, grew)| grew)
         .unwrap();
-    assert!(grew >= 250, "could not find the stacks' mappings (best: {grew} of {len} bytes)");
+    assert!(
+        grew >= 250,
+        "could not find the stacks' mappings (best: {grew} of {len} bytes)"
+    );
     // Idle for more than the runtime's idle release period, then shut down.
     std::thread::sleep(Duration::from_millis(1500));
     drop(rt);

@@ -29,6 +29,16 @@ fn lookup(host_port: &str) -> io::Result<Vec<SocketAddr>> {
     crate::offload(move || std::net::ToSocketAddrs::to_socket_addrs(&owned).map(Iterator::collect))?
 }
 
+/// Resolves `(host, port)` with std's tuple impl, off the calling task: it hands the host to
+/// the resolver as it is (a "host:port" string would need brackets around an IPv6 host, which
+/// the resolver rejects with a zone such as "fe80::1%lo").
+fn lookup_host(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+    let owned = host.to_owned();
+    crate::offload(move || {
+        std::net::ToSocketAddrs::to_socket_addrs(&(owned.as_str(), port)).map(Iterator::collect)
+    })?
+}
+
 impl ToSocketAddrs for SocketAddr {
     fn to_socket_addrs(&self) -> io::Result<Vec<SocketAddr>> {
         Ok(vec![*self])
@@ -71,12 +81,7 @@ impl ToSocketAddrs for (&str, u16) {
         if let Ok(ip) = host.parse::<IpAddr>() {
             return Ok(vec![SocketAddr::new(ip, port)]);
         }
-        let host_port = if host.contains(':') {
-            format!("[{host}]:{port}")
-        } else {
-            format!("{host}:{port}")
-        };
-        lookup(&host_port)
+        lookup_host(host, port)
     }
 }
 

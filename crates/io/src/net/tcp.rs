@@ -18,7 +18,7 @@ use crate::net::addr::{ToSocketAddrs, each_addr};
 use crate::net::backoff::AcceptBackoff;
 #[cfg(unix)]
 use crate::net::multishot::MultishotAccepts;
-use crate::source::{Direction, Evented};
+use crate::source::{Direction, Evented, Framing};
 use crate::sys;
 
 /// A TCP socket server, listening for connections.
@@ -82,6 +82,12 @@ impl TcpListener {
         }
     }
 
+    /// A socket the caller made, already non-blocking (a listener carries no timeouts to
+    /// take over).
+    fn adopt(inner: std::net::TcpListener) -> TcpListener {
+        TcpListener::from_nonblocking(inner)
+    }
+
     /// Wraps a std listener (made non-blocking).
     ///
     /// # Errors
@@ -89,13 +95,13 @@ impl TcpListener {
     /// Setting non-blocking mode failed.
     pub fn from_std(listener: std::net::TcpListener) -> io::Result<TcpListener> {
         listener.set_nonblocking(true)?;
-        Ok(TcpListener::from_nonblocking(listener))
+        Ok(TcpListener::adopt(listener))
     }
 
     /// The std listener (left in non-blocking mode).
     ///
     /// On io_uring, where a multishot accept takes connections from the kernel's backlog
-    /// ahead of [`accept`](TcpListener::accept) (at most
+    /// ahead of [`accept`](TcpListener::accept) (a burst of them: see
     /// [`ACCEPT_READ_AHEAD`](crate::driver::ACCEPT_READ_AHEAD)), connections taken but not
     /// returned yet are closed — unless a handle made by [`try_clone`](TcpListener::try_clone)
     /// remains, whose `accept` still returns them: convert a listener before it accepts, or
@@ -410,15 +416,24 @@ impl TcpStream {
         }
     }
 
-    /// Wraps a connected std stream (made non-blocking; its std timeouts are not carried
-    /// over — set them here).
+    /// A socket the caller made, already non-blocking: its read and write timeouts (which
+    /// std keeps in the socket) are taken over.
+    fn adopt(inner: std::net::TcpStream) -> TcpStream {
+        let stream = TcpStream::from_nonblocking(inner);
+        stream
+            .ev
+            .adopt_timeouts(stream.inner.read_timeout(), stream.inner.write_timeout());
+        stream
+    }
+
+    /// Wraps a connected std stream (made non-blocking), with its read and write timeouts.
     ///
     /// # Errors
     ///
     /// Setting non-blocking mode failed.
     pub fn from_std(stream: std::net::TcpStream) -> io::Result<TcpStream> {
         stream.set_nonblocking(true)?;
-        Ok(TcpStream::from_nonblocking(stream))
+        Ok(TcpStream::adopt(stream))
     }
 
     /// The std stream (left in non-blocking mode: call `set_nonblocking(false)` to use it
@@ -504,10 +519,15 @@ impl TcpStream {
     /// Sets the read timeout (`None`: none). Every read, peek and wait for readability gives
     /// up with `TimedOut` after it.
     ///
+    /// As with std, the socket keeps it too (`SO_RCVTIMEO`): a handle made later by
+    /// [`try_clone`](TcpStream::try_clone) or from the descriptor, and the std stream of
+    /// [`into_std`](TcpStream::into_std), have it. (A clone made earlier keeps its own.)
+    ///
     /// # Errors
     ///
-    /// `InvalidInput` for a zero duration (as std).
+    /// `InvalidInput` for a zero duration (as std); as `setsockopt(2)`.
     pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.inner.set_read_timeout(timeout)?;
         self.ev.set_timeout(Direction::Read, timeout)
     }
 
@@ -520,12 +540,14 @@ impl TcpStream {
         Ok(self.ev.timeout(Direction::Read))
     }
 
-    /// Sets the write timeout (`None`: none).
+    /// Sets the write timeout (`None`: none); kept in the socket too (`SO_SNDTIMEO`), as the
+    /// read timeout is.
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for a zero duration (as std).
+    /// `InvalidInput` for a zero duration (as std); as `setsockopt(2)`.
     pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.inner.set_write_timeout(timeout)?;
         self.ev.set_timeout(Direction::Write, timeout)
     }
 
@@ -550,6 +572,7 @@ impl TcpStream {
         let deadline = self.ev.deadline(Direction::Read);
         self.ev.read_op(
             OpKind::Recv,
+            Framing::Stream,
             buf,
             deadline,
             |fd, buf| sys::recv_op(fd, buf, true),
@@ -557,14 +580,16 @@ impl TcpStream {
         )
     }
 
-    /// A second handle on the same connection (a duplicated descriptor; timeouts are not
-    /// shared).
+    /// A second handle on the same connection (a duplicated descriptor), with this one's
+    /// timeouts (later changes through either handle do not reach the other).
     ///
     /// # Errors
     ///
     /// As `dup(2)`.
     pub fn try_clone(&self) -> io::Result<TcpStream> {
-        Ok(TcpStream::from_nonblocking(self.inner.try_clone()?))
+        let clone = TcpStream::from_nonblocking(self.inner.try_clone()?);
+        clone.ev.copy_timeouts(&self.ev);
+        Ok(clone)
     }
 
     fn read_impl(&self, buf: &mut [u8]) -> io::Result<usize> {
@@ -574,6 +599,7 @@ impl TcpStream {
         let deadline = self.ev.deadline(Direction::Read);
         self.ev.read_stream_op(
             OpKind::Recv,
+            Framing::Stream,
             buf,
             deadline,
             |fd, buf| sys::recv_op(fd, buf, false),
@@ -589,10 +615,14 @@ impl TcpStream {
         // std's write uses send(MSG_NOSIGNAL) on Linux (SO_NOSIGPIPE elsewhere, set at socket
         // creation): EPIPE, never SIGPIPE. (Windows has no signals: an error, WSAECONNRESET or
         // WSAECONNABORTED.)
-        self.ev
-            .write_op(OpKind::Send, buf, deadline, sys::send_op, |buf| {
-                (&self.inner).write(buf)
-            })
+        self.ev.write_op(
+            OpKind::Send,
+            Framing::Stream,
+            buf,
+            deadline,
+            sys::send_op,
+            |buf| (&self.inner).write(buf),
+        )
     }
 
     fn read_vectored_impl(&self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
@@ -714,21 +744,22 @@ macro_rules! fd_conversions {
 
         impl FromRawFd for $ty {
             /// Takes ownership of `fd` and puts it in non-blocking mode (the mode change's
-            /// error, if any, shows at the first operation).
+            /// error, if any, shows at the first operation), with the socket's timeouts.
             unsafe fn from_raw_fd(fd: RawFd) -> $ty {
                 // SAFETY: the caller passes ownership of an open fd of the right kind.
                 let inner = unsafe { <$std>::from_raw_fd(fd) };
                 let _ = inner.set_nonblocking(true);
-                <$ty>::from_nonblocking(inner)
+                <$ty>::adopt(inner)
             }
         }
 
         impl From<OwnedFd> for $ty {
-            /// Takes ownership of `fd` and puts it in non-blocking mode.
+            /// Takes ownership of `fd` and puts it in non-blocking mode, with the socket's
+            /// timeouts.
             fn from(fd: OwnedFd) -> $ty {
                 let inner = <$std>::from(fd);
                 let _ = inner.set_nonblocking(true);
-                <$ty>::from_nonblocking(inner)
+                <$ty>::adopt(inner)
             }
         }
 
@@ -781,21 +812,22 @@ macro_rules! socket_conversions {
             /// Takes ownership of `socket` and puts it in non-blocking mode (the mode change's
             /// error, if any, shows at the first operation). For the IOCP driver the socket
             /// must have been made overlapped (`WSA_FLAG_OVERLAPPED`; std's and this crate's
-            /// sockets are).
+            /// sockets are). The socket's timeouts are taken over.
             unsafe fn from_raw_socket(socket: RawSocket) -> $ty {
                 // SAFETY: the caller passes ownership of an open socket of the right kind.
                 let inner = unsafe { <$std>::from_raw_socket(socket) };
                 let _ = inner.set_nonblocking(true);
-                <$ty>::from_nonblocking(inner)
+                <$ty>::adopt(inner)
             }
         }
 
         impl From<OwnedSocket> for $ty {
-            /// Takes ownership of `socket` and puts it in non-blocking mode.
+            /// Takes ownership of `socket` and puts it in non-blocking mode, with the socket's
+            /// timeouts.
             fn from(socket: OwnedSocket) -> $ty {
                 let inner = <$std>::from(socket);
                 let _ = inner.set_nonblocking(true);
-                <$ty>::from_nonblocking(inner)
+                <$ty>::adopt(inner)
             }
         }
 

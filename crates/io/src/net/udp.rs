@@ -20,7 +20,7 @@ use crate::net::tcp::RAW_NAME;
 use crate::net::tcp::fd_conversions;
 #[cfg(windows)]
 use crate::net::tcp::socket_conversions;
-use crate::source::{Direction, Evented};
+use crate::source::{Direction, Evented, Framing};
 use crate::sys;
 
 /// A UDP socket.
@@ -61,14 +61,24 @@ impl UdpSocket {
         }
     }
 
-    /// Wraps a std socket (made non-blocking).
+    /// A socket the caller made, already non-blocking: its read and write timeouts (which
+    /// std keeps in the socket) are taken over.
+    fn adopt(inner: std::net::UdpSocket) -> UdpSocket {
+        let socket = UdpSocket::from_nonblocking(inner);
+        socket
+            .ev
+            .adopt_timeouts(socket.inner.read_timeout(), socket.inner.write_timeout());
+        socket
+    }
+
+    /// Wraps a std socket (made non-blocking), with its read and write timeouts.
     ///
     /// # Errors
     ///
     /// Setting non-blocking mode failed.
     pub fn from_std(socket: std::net::UdpSocket) -> io::Result<UdpSocket> {
         socket.set_nonblocking(true)?;
-        Ok(UdpSocket::from_nonblocking(socket))
+        Ok(UdpSocket::adopt(socket))
     }
 
     /// The std socket (left non-blocking).
@@ -94,10 +104,14 @@ impl UdpSocket {
     /// As [`std::net::UdpSocket::send`]; `TimedOut` after the write timeout.
     pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
         let deadline = self.ev.deadline(Direction::Write);
-        self.ev
-            .write_op(OpKind::Send, buf, deadline, sys::send_op, |buf| {
-                self.inner.send(buf)
-            })
+        self.ev.write_op(
+            OpKind::Send,
+            Framing::Datagram,
+            buf,
+            deadline,
+            sys::send_op,
+            |buf| self.inner.send(buf),
+        )
     }
 
     /// Receives from the connected peer.
@@ -109,6 +123,7 @@ impl UdpSocket {
         let deadline = self.ev.deadline(Direction::Read);
         self.ev.read_op(
             OpKind::Recv,
+            Framing::Datagram,
             buf,
             deadline,
             |fd, buf| sys::recv_op(fd, buf, false),
@@ -125,6 +140,7 @@ impl UdpSocket {
         let deadline = self.ev.deadline(Direction::Read);
         self.ev.read_op(
             OpKind::Recv,
+            Framing::Datagram,
             buf,
             deadline,
             |fd, buf| sys::recv_op(fd, buf, true),
@@ -225,10 +241,15 @@ impl UdpSocket {
 
     /// Sets the read timeout (`None`: none).
     ///
+    /// As with std, the socket keeps it too (`SO_RCVTIMEO`): a handle made later by
+    /// [`try_clone`](UdpSocket::try_clone) or from the descriptor, and the std socket of
+    /// [`into_std`](UdpSocket::into_std), have it. (A clone made earlier keeps its own.)
+    ///
     /// # Errors
     ///
-    /// `InvalidInput` for a zero duration.
+    /// `InvalidInput` for a zero duration; as `setsockopt(2)`.
     pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.inner.set_read_timeout(timeout)?;
         self.ev.set_timeout(Direction::Read, timeout)
     }
 
@@ -241,12 +262,14 @@ impl UdpSocket {
         Ok(self.ev.timeout(Direction::Read))
     }
 
-    /// Sets the write timeout (`None`: none).
+    /// Sets the write timeout (`None`: none); kept in the socket too (`SO_SNDTIMEO`), as the
+    /// read timeout is.
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for a zero duration.
+    /// `InvalidInput` for a zero duration; as `setsockopt(2)`.
     pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.inner.set_write_timeout(timeout)?;
         self.ev.set_timeout(Direction::Write, timeout)
     }
 
@@ -340,13 +363,16 @@ impl UdpSocket {
         self.inner.take_error()
     }
 
-    /// A second handle on the same socket (a duplicated descriptor).
+    /// A second handle on the same socket (a duplicated descriptor), with this one's timeouts
+    /// (later changes through either handle do not reach the other).
     ///
     /// # Errors
     ///
     /// As `dup(2)`.
     pub fn try_clone(&self) -> io::Result<UdpSocket> {
-        Ok(UdpSocket::from_nonblocking(self.inner.try_clone()?))
+        let clone = UdpSocket::from_nonblocking(self.inner.try_clone()?);
+        clone.ev.copy_timeouts(&self.ev);
+        Ok(clone)
     }
 }
 

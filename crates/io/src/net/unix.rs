@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::driver::{Op, OpKind};
 use crate::net::backoff::AcceptBackoff;
 use crate::net::tcp::fd_conversions;
-use crate::source::{Direction, Evented};
+use crate::source::{Direction, Evented, Framing};
 use crate::sys_unix as sys;
 
 /// A Unix stream socket server.
@@ -60,6 +60,12 @@ impl UnixListener {
         }
     }
 
+    /// A socket the caller made, already non-blocking (a listener carries no timeouts to
+    /// take over).
+    fn adopt(inner: std::os::unix::net::UnixListener) -> UnixListener {
+        UnixListener::from_nonblocking(inner)
+    }
+
     /// Wraps a std listener (made non-blocking).
     ///
     /// # Errors
@@ -67,7 +73,7 @@ impl UnixListener {
     /// Setting non-blocking mode failed.
     pub fn from_std(inner: std::os::unix::net::UnixListener) -> io::Result<UnixListener> {
         inner.set_nonblocking(true)?;
-        Ok(UnixListener::from_nonblocking(inner))
+        Ok(UnixListener::adopt(inner))
     }
 
     /// The std listener (left non-blocking).
@@ -160,9 +166,15 @@ impl fmt::Debug for UnixListener {
 
 /// A Unix stream socket: [`Read`] and [`Write`] (also for `&UnixStream`), suspending only the
 /// calling coroutine.
+///
+/// One made from a descriptor (`From<OwnedFd>`, `from_std`) may also be a `SOCK_SEQPACKET`
+/// socket, as with std: its reads return a record each and its writes send one.
 pub struct UnixStream {
     ev: Evented,
     inner: std::os::unix::net::UnixStream,
+    /// A `SOCK_SEQPACKET` socket: a short read is the end of a record, not of the queue, and
+    /// a write is a record (never cut when bounced off a copying stack).
+    records: bool,
 }
 
 impl UnixStream {
@@ -241,29 +253,48 @@ impl UnixStream {
     /// As `socketpair(2)`.
     pub fn pair() -> io::Result<(UnixStream, UnixStream)> {
         let (a, b) = std::os::unix::net::UnixStream::pair()?;
-        Ok((UnixStream::from_std(a)?, UnixStream::from_std(b)?))
+        a.set_nonblocking(true)?;
+        b.set_nonblocking(true)?;
+        Ok((
+            UnixStream::from_nonblocking(a),
+            UnixStream::from_nonblocking(b),
+        ))
     }
 
+    /// A `SOCK_STREAM` socket made here, already non-blocking.
     fn from_nonblocking(inner: std::os::unix::net::UnixStream) -> UnixStream {
         UnixStream {
             ev: Evented::new(inner.as_raw_fd()),
             inner,
+            records: false,
         }
     }
 
-    /// Wraps a std stream (made non-blocking).
+    /// A socket the caller made, already non-blocking: its read and write timeouts (which
+    /// std keeps in the socket) are taken over, and its type asked (std takes a
+    /// `SOCK_SEQPACKET` socket too).
+    fn adopt(inner: std::os::unix::net::UnixStream) -> UnixStream {
+        let mut stream = UnixStream::from_nonblocking(inner);
+        stream.records = sys::is_seqpacket(stream.inner.as_raw_fd());
+        stream
+            .ev
+            .adopt_timeouts(stream.inner.read_timeout(), stream.inner.write_timeout());
+        stream
+    }
+
+    /// Wraps a std stream (made non-blocking), with its read and write timeouts.
     ///
     /// # Errors
     ///
     /// Setting non-blocking mode failed.
     pub fn from_std(inner: std::os::unix::net::UnixStream) -> io::Result<UnixStream> {
         inner.set_nonblocking(true)?;
-        Ok(UnixStream::from_nonblocking(inner))
+        Ok(UnixStream::adopt(inner))
     }
 
     /// The std stream (left non-blocking).
     pub fn into_std(self) -> std::os::unix::net::UnixStream {
-        let UnixStream { ev, inner } = self;
+        let UnixStream { ev, inner, .. } = self;
         drop(ev);
         inner
     }
@@ -297,10 +328,15 @@ impl UnixStream {
 
     /// Sets the read timeout (`None`: none).
     ///
+    /// As with std, the socket keeps it too (`SO_RCVTIMEO`): a handle made later by
+    /// [`try_clone`](UnixStream::try_clone) or from the descriptor, and the std socket of
+    /// [`into_std`](UnixStream::into_std), have it. (A clone made earlier keeps its own.)
+    ///
     /// # Errors
     ///
-    /// `InvalidInput` for a zero duration.
+    /// `InvalidInput` for a zero duration; as `setsockopt(2)`.
     pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.inner.set_read_timeout(timeout)?;
         self.ev.set_timeout(Direction::Read, timeout)
     }
 
@@ -313,12 +349,14 @@ impl UnixStream {
         Ok(self.ev.timeout(Direction::Read))
     }
 
-    /// Sets the write timeout (`None`: none).
+    /// Sets the write timeout (`None`: none); kept in the socket too (`SO_SNDTIMEO`), as the
+    /// read timeout is.
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for a zero duration.
+    /// `InvalidInput` for a zero duration; as `setsockopt(2)`.
     pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.inner.set_write_timeout(timeout)?;
         self.ev.set_timeout(Direction::Write, timeout)
     }
 
@@ -340,13 +378,26 @@ impl UnixStream {
         self.inner.take_error()
     }
 
-    /// A second handle (a duplicated descriptor).
+    /// A second handle (a duplicated descriptor), with this one's timeouts (later changes
+    /// through either handle do not reach the other).
     ///
     /// # Errors
     ///
     /// As `dup(2)`.
     pub fn try_clone(&self) -> io::Result<UnixStream> {
-        Ok(UnixStream::from_nonblocking(self.inner.try_clone()?))
+        let mut clone = UnixStream::from_nonblocking(self.inner.try_clone()?);
+        clone.records = self.records;
+        clone.ev.copy_timeouts(&self.ev);
+        Ok(clone)
+    }
+
+    /// What the socket's reads and writes carry.
+    fn framing(&self) -> Framing {
+        if self.records {
+            Framing::Datagram
+        } else {
+            Framing::Stream
+        }
     }
 
     fn read_impl(&self, buf: &mut [u8]) -> io::Result<usize> {
@@ -354,12 +405,17 @@ impl UnixStream {
             return Ok(0);
         }
         let deadline = self.ev.deadline(Direction::Read);
+        let records = self.records;
         self.ev.read_stream_op(
             OpKind::Recv,
+            self.framing(),
             buf,
             deadline,
             |fd, buf| Op::Recv { fd, buf, flags: 0 },
-            |buf| sys::recv_stream(self.inner.as_raw_fd(), buf),
+            |buf| {
+                let (n, short_means_end) = sys::recv_stream(self.inner.as_raw_fd(), buf)?;
+                Ok((n, short_means_end && !records))
+            },
         )
     }
 
@@ -370,6 +426,7 @@ impl UnixStream {
         let deadline = self.ev.deadline(Direction::Write);
         self.ev.write_op(
             OpKind::Send,
+            self.framing(),
             buf,
             deadline,
             |fd, buf| Op::Send { fd, buf, flags: 0 },
@@ -482,14 +539,24 @@ impl UnixDatagram {
         }
     }
 
-    /// Wraps a std socket (made non-blocking).
+    /// A socket the caller made, already non-blocking: its read and write timeouts (which
+    /// std keeps in the socket) are taken over.
+    fn adopt(inner: std::os::unix::net::UnixDatagram) -> UnixDatagram {
+        let socket = UnixDatagram::from_nonblocking(inner);
+        socket
+            .ev
+            .adopt_timeouts(socket.inner.read_timeout(), socket.inner.write_timeout());
+        socket
+    }
+
+    /// Wraps a std socket (made non-blocking), with its read and write timeouts.
     ///
     /// # Errors
     ///
     /// Setting non-blocking mode failed.
     pub fn from_std(inner: std::os::unix::net::UnixDatagram) -> io::Result<UnixDatagram> {
         inner.set_nonblocking(true)?;
-        Ok(UnixDatagram::from_nonblocking(inner))
+        Ok(UnixDatagram::adopt(inner))
     }
 
     /// The std socket (left non-blocking).
@@ -517,6 +584,7 @@ impl UnixDatagram {
         let deadline = self.ev.deadline(Direction::Write);
         self.ev.write_op(
             OpKind::Send,
+            Framing::Datagram,
             buf,
             deadline,
             |fd, buf| Op::Send { fd, buf, flags: 0 },
@@ -533,6 +601,7 @@ impl UnixDatagram {
         let deadline = self.ev.deadline(Direction::Read);
         self.ev.read_op(
             OpKind::Recv,
+            Framing::Datagram,
             buf,
             deadline,
             |fd, buf| Op::Recv { fd, buf, flags: 0 },
@@ -583,19 +652,26 @@ impl UnixDatagram {
 
     /// Sets the read timeout (`None`: none).
     ///
+    /// As with std, the socket keeps it too (`SO_RCVTIMEO`): a handle made later by
+    /// [`try_clone`](UnixDatagram::try_clone) or from the descriptor, and the std socket of
+    /// [`into_std`](UnixDatagram::into_std), have it. (A clone made earlier keeps its own.)
+    ///
     /// # Errors
     ///
-    /// `InvalidInput` for a zero duration.
+    /// `InvalidInput` for a zero duration; as `setsockopt(2)`.
     pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.inner.set_read_timeout(timeout)?;
         self.ev.set_timeout(Direction::Read, timeout)
     }
 
-    /// Sets the write timeout (`None`: none).
+    /// Sets the write timeout (`None`: none); kept in the socket too (`SO_SNDTIMEO`), as the
+    /// read timeout is.
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for a zero duration.
+    /// `InvalidInput` for a zero duration; as `setsockopt(2)`.
     pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.inner.set_write_timeout(timeout)?;
         self.ev.set_timeout(Direction::Write, timeout)
     }
 
@@ -617,13 +693,16 @@ impl UnixDatagram {
         self.inner.take_error()
     }
 
-    /// A second handle (a duplicated descriptor).
+    /// A second handle (a duplicated descriptor), with this one's timeouts (later changes
+    /// through either handle do not reach the other).
     ///
     /// # Errors
     ///
     /// As `dup(2)`.
     pub fn try_clone(&self) -> io::Result<UnixDatagram> {
-        Ok(UnixDatagram::from_nonblocking(self.inner.try_clone()?))
+        let clone = UnixDatagram::from_nonblocking(self.inner.try_clone()?);
+        clone.ev.copy_timeouts(&self.ev);
+        Ok(clone)
     }
 }
 
