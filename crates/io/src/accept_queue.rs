@@ -95,18 +95,7 @@ impl AcceptQueue {
     /// Takes the oldest accepted connection; or, with none queued, registers `waker` if a
     /// request is armed.
     pub fn take_or_wait(&self, waker: &Waker) -> Take {
-        let mut state = self.lock();
-        if let Some(ready) = state.ready.pop_front() {
-            return Take::Ready(ready);
-        }
-        if state.unsupported {
-            return Take::Unsupported;
-        }
-        if state.armed.is_none() && !state.cancelling {
-            return Take::Unarmed;
-        }
-        state.register(waker);
-        Take::Wait
+        self.take_or_register(waker, false)
     }
 
     /// For an `accept` outside a task, which does not take from the queue by waiting for a
@@ -114,6 +103,12 @@ impl AcceptQueue {
     /// request and registers `waker` (`Wait`) until its last completion; `Unarmed` once no
     /// request is in the kernel and the queue is empty (the caller accepts another way).
     pub fn take_or_disarm(&self, waker: &Waker) -> Take {
+        self.take_or_register(waker, true)
+    }
+
+    /// [`take_or_wait`](Self::take_or_wait), and if `disarm` the armed request is cancelled
+    /// before the wait ([`take_or_disarm`](Self::take_or_disarm)).
+    fn take_or_register(&self, waker: &Waker, disarm: bool) -> Take {
         let cancel = {
             let mut state = self.lock();
             if let Some(ready) = state.ready.pop_front() {
@@ -126,7 +121,7 @@ impl AcceptQueue {
                 return Take::Unarmed;
             }
             state.register(waker);
-            state.begin_cancel()
+            if disarm { state.begin_cancel() } else { None }
         };
         if let Some(cancel) = cancel {
             cancel();
