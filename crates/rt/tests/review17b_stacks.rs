@@ -2,6 +2,8 @@
 #![cfg(target_os = "linux")]
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use spindle_rt::{Builder, IoBackend, Runtime};
@@ -43,14 +45,28 @@ fn a_spike_of_custom_size_stacks_does_not_stay_mapped_after_the_runtime() {
         .unwrap();
     let before = mappings_by_len();
     rt.block_on(|| {
+        // All 300 alive at once, however slow the host (under valgrind a fixed sleep let the
+        // first ones finish, and their stacks serve the later ones, before all had started).
+        let started = Arc::new(AtomicUsize::new(0));
+        let go = Arc::new(AtomicBool::new(false));
         let hs: Vec<_> = (0..300)
             .map(|_| {
+                let (started, go) = (started.clone(), go.clone());
                 Builder::new()
                     .stack_size(SIZE)
-                    .spawn(|| spindle_rt::sleep(Duration::from_millis(30)))
+                    .spawn(move || {
+                        started.fetch_add(1, Ordering::SeqCst);
+                        while !go.load(Ordering::SeqCst) {
+                            spindle_rt::sleep(Duration::from_millis(1));
+                        }
+                    })
                     .unwrap()
             })
             .collect();
+        while started.load(Ordering::SeqCst) < 300 {
+            spindle_rt::sleep(Duration::from_millis(1));
+        }
+        go.store(true, Ordering::SeqCst);
         for h in hs {
             h.join().unwrap();
         }
