@@ -84,6 +84,10 @@ fn a_spike_of_custom_size_stacks_does_not_stay_mapped_after_the_runtime() {
         grew >= 250,
         "could not find the stacks' mappings (best: {grew} of {len} bytes)"
     );
+    // Mappings of that length that are not stacks: a large allocation of the process (the
+    // buffer that reads /proc/self/maps, say) can have it too — seen once in CI, 1 of 301.
+    // The leak this checks for left all 300.
+    const OTHERS: usize = 2;
     // Idle for more than the runtime's idle release period, then shut down.
     std::thread::sleep(Duration::from_millis(1500));
     drop(rt);
@@ -93,13 +97,13 @@ fn a_spike_of_custom_size_stacks_does_not_stay_mapped_after_the_runtime() {
         let now = mappings_by_len();
         let count = now.get(&len).copied().unwrap_or(0);
         left = count - before.get(&len).copied().unwrap_or(0).min(count);
-        if left == 0 {
+        if left <= OTHERS {
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(
-        left, 0,
+    assert!(
+        left <= OTHERS,
         "{left} of the {grew} stacks of {SIZE} bytes (mappings of {len} bytes) stay mapped after \
          the runtime was idle and then dropped"
     );
