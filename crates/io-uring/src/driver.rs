@@ -91,6 +91,9 @@ struct Record {
     result: Cell<i32>,
     /// The submitting task's waker, while it parks (not used when `submit` drives the ring).
     waker: Cell<Option<Waker>>,
+    /// Its entry is an accept: a non-negative result is a new descriptor, closed if nobody
+    /// claims it (`submit` unwound, or the driver dropped, while it was in the kernel).
+    accept: Cell<bool>,
     /// `recvmsg`/`sendmsg` header: read by the kernel, which also writes `msg_namelen`.
     msg: UnsafeCell<libc::msghdr>,
     /// The header's one buffer.
@@ -103,6 +106,7 @@ impl Record {
             state: Cell::new(Slot::Free),
             result: Cell::new(0),
             waker: Cell::new(None),
+            accept: Cell::new(false),
             // SAFETY: all-zero is a valid `msghdr` (null pointers, zero lengths).
             msg: UnsafeCell::new(unsafe { std::mem::zeroed() }),
             iov: UnsafeCell::new(libc::iovec {
@@ -117,6 +121,23 @@ impl Record {
 struct Acceptor {
     generation: u32,
     queue: Option<Arc<AcceptQueue>>,
+}
+
+impl Acceptor {
+    /// The `user_data` of the request of the acceptor at `index`.
+    fn user_data(&self, index: usize) -> u64 {
+        ACCEPT_TAG | (u64::from(self.generation) << ACCEPT_INDEX_BITS) | index as u64
+    }
+}
+
+/// Closes the descriptor an accept completed with, when nobody is there to take it (`result`
+/// is the completion's: a descriptor if non-negative).
+fn close_unclaimed(result: i32) {
+    if result >= 0 {
+        // SAFETY: a successful accept's result is a new descriptor the kernel installed for us
+        // and that nothing else owns: the caller has no one to hand it to.
+        drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(result) });
+    }
 }
 
 /// Cancels of multishot accepts requested from any thread (a listener dropped), for the
@@ -372,6 +393,7 @@ impl UringDriver {
         let record = self.record(slot);
         debug_assert_ne!(record.state.get(), Slot::InKernel);
         record.state.set(Slot::Free);
+        record.accept.set(false);
         drop(record.waker.take());
         self.inner.borrow_mut().free.push(slot);
     }
@@ -565,6 +587,9 @@ impl UringDriver {
                 }
             }
             .user_data(slot as u64);
+            self.record(slot)
+                .accept
+                .set(phase == Phase::Op && kind == OpKind::Accept);
             let waker = (!inline).then(spindle_park::waker);
             // SAFETY: the entry points into `op`'s buffers (borrowed by this call for its whole
             // duration; we touch them only after the completion) and into the record (alive
@@ -666,6 +691,9 @@ struct Pending<'d> {
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
         let record = self.driver.record(self.slot);
+        // `submit` marks the record idle as soon as it has its result: in the kernel or
+        // completed here means `submit` is unwinding and nobody takes the result.
+        let unclaimed = record.state.get() != Slot::Idle;
         let mut cancel_sent = false;
         while record.state.get() == Slot::InKernel {
             if !cancel_sent {
@@ -673,6 +701,10 @@ impl Drop for Pending<'_> {
             }
             self.driver
                 .drive((!cancel_sent).then(|| Instant::now() + Duration::from_millis(1)));
+        }
+        if unclaimed && record.accept.get() {
+            // The accept completed before its cancel: a connection nobody will take.
+            close_unclaimed(record.result.get());
         }
         self.driver.release(self.slot);
     }
@@ -811,6 +843,7 @@ impl Inner {
                         .get_mut(index)
                         .filter(|a| a.generation == generation)
                     else {
+                        close_unclaimed(cqe.result());
                         continue;
                     };
                     let more = cqueue::more(cqe.flags());
@@ -823,8 +856,10 @@ impl Inner {
                     if !more && cqe.result() == -libc::EINVAL {
                         *multishot_accept = false;
                     }
-                    if let Some(queue) = queue {
-                        accepted.push((queue, cqe.result(), more));
+                    match queue {
+                        Some(queue) => accepted.push((queue, cqe.result(), more)),
+                        // No listener's queue to take the connection: close it.
+                        None => close_unclaimed(cqe.result()),
                     }
                 }
                 slot => {
@@ -970,8 +1005,7 @@ impl Proactor for UringDriver {
         let acceptor = &mut inner.acceptors[index];
         acceptor.generation = acceptor.generation.wrapping_add(1);
         acceptor.queue = Some(queue.clone());
-        let user_data =
-            ACCEPT_TAG | (u64::from(acceptor.generation) << ACCEPT_INDEX_BITS) | index as u64;
+        let user_data = acceptor.user_data(index);
         let mailbox = self.mailbox.clone();
         if !queue.armed(Box::new(move || mailbox.cancel(user_data))) {
             // Armed meanwhile by another task: the caller waits for that one.
@@ -1009,11 +1043,14 @@ impl Drop for UringDriver {
         let inner = self.inner.get_mut();
         // Operations still in the kernel belong to tasks that no longer wait (a runtime unwinds
         // its tasks, which waits for their completions, before it drops the driver, so this is
-        // defensive).
+        // defensive). Multishot accepts still armed are cancelled too, and reaped until their
+        // last completion: a connection the kernel accepted is a descriptor in this process,
+        // and a completion left in the ring when it closes would leak it.
         let left = inner.cancel_in_flight(DROP_WAIT);
         // Wakers of tasks that are gone: dropping them is all that is left to do.
         inner.wakes.clear();
-        // Multishot accepts end with the ring: their listeners arm again elsewhere.
+        // What the multishot accepts took goes to their listeners' queues (closed with the
+        // listener, or closed at once if it is gone); the listeners arm again elsewhere.
         let accepted = std::mem::take(&mut inner.accepted);
         for (queue, result, more) in accepted {
             queue.complete(result, more);
@@ -1038,20 +1075,39 @@ impl Drop for UringDriver {
 }
 
 impl Inner {
-    /// Cancels every operation in the kernel and reaps until none is left or `patience` has
-    /// passed; returns how many are left.
+    /// The state of the record at `slot`.
+    fn record_state(&self, slot: usize) -> Slot {
+        // SAFETY: see `UringDriver::record`; records live until the driver is dropped, and
+        // their state is a `Cell`.
+        unsafe { self.records[slot].as_ref() }.state.get()
+    }
+
+    /// Cancels every operation and every multishot accept in the kernel and reaps until none
+    /// is left or `patience` has passed; returns how many operations are left. Connections
+    /// that accepts of operations nobody waits for any more made are closed; those of the
+    /// multishot accepts wait in `accepted` for delivery to their queues.
     fn cancel_in_flight(&mut self, patience: Duration) -> usize {
-        if self.in_flight == 0 {
-            return 0;
-        }
         let in_kernel: Vec<usize> = (0..self.records.len())
-            .filter(|&slot| {
-                // SAFETY: see `UringDriver::record`; the caller has the driver exclusively.
-                unsafe { self.records[slot].as_ref() }.state.get() == Slot::InKernel
-            })
+            .filter(|&slot| self.record_state(slot) == Slot::InKernel)
             .collect();
-        for slot in in_kernel {
-            let entry = opcode::AsyncCancel::new(slot as u64)
+        // Completions already posted (and any the kernel kept back on overflow) first: what
+        // is reaped now needs no cancel.
+        let _ = self.enter(Wait::No);
+        self.reap();
+        let still: Vec<u64> = in_kernel
+            .iter()
+            .filter(|&&slot| self.record_state(slot) == Slot::InKernel)
+            .map(|&slot| slot as u64)
+            .collect();
+        let armed: Vec<u64> = self
+            .acceptors
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.queue.is_some())
+            .map(|(index, a)| a.user_data(index))
+            .collect();
+        for user_data in still.into_iter().chain(armed) {
+            let entry = opcode::AsyncCancel::new(user_data)
                 .build()
                 .user_data(IGNORE);
             // SAFETY: a cancel request holds no pointers. Pushing fails only if the queue stays
@@ -1059,12 +1115,21 @@ impl Inner {
             let _ = unsafe { self.push(&entry) };
         }
         let until = Instant::now() + patience;
-        while self.in_flight > 0 {
+        while self.in_flight > 0 || self.acceptors.iter().any(|a| a.queue.is_some()) {
             let Some(left) = until.checked_duration_since(Instant::now()) else {
                 break;
             };
             let _ = self.enter(Wait::For(left.min(Duration::from_millis(10))));
             self.reap();
+        }
+        // Accepts of operations whose `submit` is gone that completed before their cancel.
+        for slot in in_kernel {
+            // SAFETY: see `UringDriver::record`; the caller has the driver exclusively.
+            let record = unsafe { self.records[slot].as_ref() };
+            if record.state.get() == Slot::Completed && record.accept.get() {
+                close_unclaimed(record.result.get());
+                record.accept.set(false);
+            }
         }
         self.in_flight
     }
@@ -1423,6 +1488,82 @@ mod tests {
         let mut got = [0u8; 4];
         a.read_exact(&mut got).unwrap();
         assert_eq!(&got, b"kept");
+    }
+
+    /// A listener with one connection waiting in its backlog, and the client's end.
+    fn listener_with_a_connection() -> (std::net::TcpListener, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        (listener, client)
+    }
+
+    /// Pushes a single accept on `listener` as `submit` would, without waiting for it.
+    fn push_accept(driver: &UringDriver, listener: &std::net::TcpListener) -> usize {
+        let slot = driver.alloc();
+        driver.record(slot).accept.set(true);
+        let entry = opcode::Accept::new(
+            types::Fd(listener.as_raw_fd()),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+        .flags(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
+        .build()
+        .user_data(slot as u64);
+        // SAFETY: the entry holds no pointers (no address output).
+        unsafe { driver.push_op(slot, &entry, None).unwrap() };
+        slot
+    }
+
+    /// The server's end of `client`'s connection was closed: the client reads end-of-file
+    /// (a leaked descriptor would keep it open: the read times out instead).
+    fn assert_peer_closed(mut client: std::net::TcpStream) {
+        let mut byte = [0u8; 1];
+        let n = client
+            .read(&mut byte)
+            .expect("the accepted connection was closed");
+        assert_eq!(n, 0);
+    }
+
+    /// An accept whose `submit` is gone (still in the kernel when the driver drops) and that
+    /// completes with a connection: the driver closes it.
+    #[test]
+    fn an_unclaimed_accept_is_closed_when_the_driver_drops() {
+        for defer_taskrun in [true, false] {
+            let driver = UringConfig::new()
+                .defer_taskrun(defer_taskrun)
+                .build()
+                .unwrap();
+            let (listener, client) = listener_with_a_connection();
+            push_accept(&driver, &listener);
+            drop(driver);
+            assert_peer_closed(client);
+        }
+    }
+
+    /// `submit` unwinding with its accept in the kernel: the accept completes before the
+    /// cancel, and the connection nobody will take is closed.
+    #[test]
+    fn an_accept_whose_submit_unwinds_is_closed() {
+        for defer_taskrun in [true, false] {
+            let driver = UringConfig::new()
+                .defer_taskrun(defer_taskrun)
+                .build()
+                .unwrap();
+            let (listener, client) = listener_with_a_connection();
+            let slot = push_accept(&driver, &listener);
+            drop(Pending {
+                driver: &driver,
+                slot,
+            });
+            assert_eq!(driver.in_flight(), 0);
+            assert_peer_closed(client);
+            // The record was released with its flag cleared.
+            assert!(!driver.record(slot).accept.get());
+        }
     }
 
     #[test]

@@ -143,6 +143,14 @@
 //! whatever still is and reaps for up to two seconds; records still in the kernel after that are
 //! leaked (never freed), so the kernel cannot write into freed memory of the driver's.
 //!
+//! Multishot accepts still armed are cancelled the same way and reaped until their last
+//! completion: a connection the kernel accepted is a descriptor in the process, and one left in
+//! the completion queue when the ring closes would never be closed (without
+//! `DEFER_TASKRUN` the kernel accepts into the ring at any time). What they took goes to
+//! their listeners' queues (closed with the listener, at once if it is gone). An accept whose
+//! result nobody will take — its `submit` unwound, or its record still in the kernel at the
+//! drop — is closed too.
+//!
 //! # Requirements
 //!
 //! Linux 5.11 or newer (`IORING_FEAT_EXT_ARG`, `IORING_FEAT_NODROP`, `POLL_ADD`,
