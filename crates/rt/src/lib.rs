@@ -173,6 +173,7 @@ compile_error!(
 );
 
 mod blocking;
+mod carrier;
 mod coop;
 mod current;
 mod future;

@@ -1,6 +1,6 @@
 //! Per-worker counters and the [`Metrics`] snapshot.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::runtime::Shared;
 
@@ -33,6 +33,8 @@ pub(crate) struct WorkerCounters {
     pub(crate) budget: spindle_park::Budget,
     /// The worker thread's kernel thread id (0: unknown), for the monitor.
     pub(crate) tid: AtomicU64,
+    /// Idle carriers the worker keeps (see `carrier`), each holding a stack.
+    pub(crate) idle_carriers: AtomicUsize,
 }
 
 impl WorkerCounters {
@@ -103,6 +105,11 @@ pub struct WorkerMetrics {
     pub parks: u64,
     /// Tasks waiting in this worker's queues now.
     pub queue_depth: usize,
+    /// Idle coroutines this worker keeps to start its next tasks on, each with a stack of the
+    /// runtime's pool (in use, as the pool counts): a task that ends leaves its coroutine
+    /// here instead of tearing it down. At most 64; given back to the pool when the worker
+    /// has been idle a while (with the pool's own excess) and when it stops.
+    pub idle_carriers: usize,
 }
 
 pub(crate) fn snapshot(shared: &Shared) -> Metrics {
@@ -117,6 +124,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Metrics {
                 steals: stats.stole,
                 parks: c.parks.load(Ordering::Relaxed),
                 queue_depth: stats.depth,
+                idle_carriers: c.idle_carriers.load(Ordering::Relaxed),
             }
         })
         .collect();

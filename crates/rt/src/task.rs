@@ -30,6 +30,7 @@ use spindle_coro::{CoroutineResult, SendCoroutine, Yielder};
 #[cfg(feature = "stack-shared")]
 use spindle_stack::SharedSlot;
 
+use crate::carrier::{Carrier, CarrierCache, OutcomeSlot, Resume, StartCall};
 use crate::runtime::Shared;
 use crate::runtime::StackKind;
 use crate::spawn::TaskStack;
@@ -45,10 +46,13 @@ pub(crate) enum Suspend {
     Yield,
     /// `spindle_park::park`: idle until woken, or until the deadline (a timer).
     Park(Option<Instant>),
+    /// A task on a carrier has ended; its outcome is in the slot (see `carrier`). Handled by
+    /// the task's own `run`: a worker never sees it.
+    Finished(OutcomeSlot),
 }
 
-/// The yielder type of every task's coroutine.
-pub(crate) type TaskYielder = Yielder<(), Suspend>;
+/// The yielder type of every task's coroutine (carriers' included: see `carrier`).
+pub(crate) type TaskYielder = Yielder<Resume, Suspend>;
 
 /// What a panic, a cancellation or a missing stack leaves as a task's outcome.
 pub(crate) enum Failure {
@@ -271,8 +275,9 @@ pub(crate) struct TaskVtable {
     /// Runs the coroutine until it suspends or finishes.
     ///
     /// Safety: the caller holds the task (it popped it and `start_running` succeeded) and
-    /// runs on a worker thread of the task's runtime, on the worker's own stack.
-    run: unsafe fn(ptr::NonNull<Header>) -> Option<Suspend>,
+    /// runs on a worker thread of the task's runtime, on the worker's own stack; `carriers` is
+    /// that worker's.
+    run: unsafe fn(ptr::NonNull<Header>, &CarrierCache) -> Option<Suspend>,
     /// Drops the task in place and frees its allocation.
     ///
     /// Safety: the last reference is gone (the count reached zero).
@@ -314,11 +319,12 @@ impl TaskRef {
     /// # Safety
     ///
     /// The caller holds the task (it popped it and `start_running` succeeded) and runs on a
-    /// worker thread of the task's runtime, on the worker's own stack.
+    /// worker thread of the task's runtime, on the worker's own stack; `carriers` is that
+    /// worker's.
     #[inline]
-    pub(crate) unsafe fn run(&self) -> Option<Suspend> {
+    pub(crate) unsafe fn run(&self, carriers: &CarrierCache) -> Option<Suspend> {
         // SAFETY: the vtable of this task's type, with the caller's guarantees.
-        unsafe { (self.header().vtable.run)(self.0) }
+        unsafe { (self.header().vtable.run)(self.0, carriers) }
     }
 
     /// A waker for this task (it counts as a reference).
@@ -477,11 +483,11 @@ impl fmt::Debug for TaskRef {
 }
 
 /// A task's coroutine on a guarded stack of its own.
-pub(crate) type OwnCoroutine<T> = SendCoroutine<(), Suspend, Result<T, Failure>, TaskStack>;
+pub(crate) type OwnCoroutine<T> = SendCoroutine<Resume, Suspend, Result<T, Failure>, TaskStack>;
 
 /// A task's coroutine on its worker's shared (copying) stack.
 #[cfg(feature = "stack-shared")]
-pub(crate) type SharedCoroutine<T> = Coroutine<(), Suspend, Result<T, Failure>, SharedSlot>;
+pub(crate) type SharedCoroutine<T> = Coroutine<Resume, Suspend, Result<T, Failure>, SharedSlot>;
 
 /// The coroutine of a task running closure `F`, and what becomes of it.
 ///
@@ -489,10 +495,13 @@ pub(crate) type SharedCoroutine<T> = Coroutine<(), Suspend, Result<T, Failure>, 
 /// allocation per spawn, not two (a boxed maker closure was the second).
 pub(crate) enum Body<T, F> {
     /// On a stack of its own, not made yet: the worker that first runs the task takes a stack
-    /// of this kind (`None`: the runtime's pool) and makes the coroutine on it. Taking the
-    /// stack late keeps a burst of spawns from holding a stack each before any of them runs:
-    /// they run one after another on the same few (cache-warm) pooled stacks.
+    /// of this kind (`None`: the runtime's pool — then it starts on a carrier of that worker,
+    /// see `carrier`) and makes the coroutine on it. Taking the stack late keeps a burst of
+    /// spawns from holding a stack each before any of them runs: they run one after another on
+    /// the same few (cache-warm) pooled stacks.
     OwnPending(Option<StackKind>, F),
+    /// Started on a carrier, which it holds until it ends (see `carrier`).
+    Carried(Carrier),
     /// On a stack of its own (made at spawn or at the first run; may start on any worker).
     Own(OwnCoroutine<T>),
     /// On a shared stack, not made yet: the home worker makes it on its region. Only made by
@@ -560,10 +569,10 @@ where
     };
 
     /// Safety: as `TaskVtable::run`; `header` is the header of a `TaskCell<T, F>`.
-    unsafe fn run_raw(header: ptr::NonNull<Header>) -> Option<Suspend> {
+    unsafe fn run_raw(header: ptr::NonNull<Header>, carriers: &CarrierCache) -> Option<Suspend> {
         // SAFETY: the task is a `TaskCell<T, F>` (this vtable is only ever set on those), which
         // starts with its header; the caller holds a reference and the task.
-        unsafe { header.cast::<Self>().as_ref().run() }
+        unsafe { header.cast::<Self>().as_ref().run(carriers) }
     }
 
     /// Safety: as `TaskVtable::destroy`; `header` is the header of a `TaskCell<T, F>`.
@@ -578,47 +587,145 @@ where
     }
 
     /// Safety: the caller holds the task (it popped it and `start_running` succeeded) and runs
-    /// on a worker thread of the task's runtime, on the worker's own stack.
-    unsafe fn run(&self) -> Option<Suspend> {
+    /// on a worker thread of the task's runtime, on the worker's own stack; `carriers` is that
+    /// worker's.
+    unsafe fn run(&self, carriers: &CarrierCache) -> Option<Suspend> {
         // SAFETY: the caller holds the task (popped it), so nobody else touches the body.
         let body = unsafe { &mut *self.body.get() };
         // The hot path (a started coroutine that suspends again) alone here; the rest is out of
         // line, so that this one saves and restores little around its switch.
-        if let Body::Own(co) = body {
+        if let Body::Carried(co) = body {
             // Resumed in place: the coroutine struct is not moved out of the task and back on
             // every switch.
-            match co.get_mut().resume(()) {
-                CoroutineResult::Yield(why) => return Some(why),
-                CoroutineResult::Return(outcome) => {
-                    self.returned(outcome);
-                    return None;
+            return match co.get_mut().resume(Resume::GO) {
+                CoroutineResult::Yield(Suspend::Finished(slot)) => {
+                    // SAFETY: the carrier has just handed the outcome back; the caller holds
+                    // the task and keeps no borrow of its body (`body` is not used again).
+                    unsafe { self.carrier_finished(slot, carriers) };
+                    None
                 }
-            }
+                CoroutineResult::Yield(why) => Some(why),
+                // A carrier only returns when retired, idle (see `carrier`).
+                CoroutineResult::Return(()) => None,
+            };
         }
         // SAFETY: as for this call.
-        unsafe { self.run_other() }
+        unsafe { self.run_other(carriers) }
     }
 
-    /// The coroutine returned: drops it (which gives back its stack) and publishes `outcome`.
-    /// The caller holds the task (as for `run`) and no longer uses a borrow of its body.
+    /// The task that ran on a carrier has ended and left its outcome in `slot`: takes it, puts
+    /// the carrier in `carriers` (idle) and finishes the task.
+    ///
+    /// Safety: the task's carrier has just suspended with [`Suspend::Finished`]`(slot)`; the
+    /// caller holds the task (as for `run`) and keeps no borrow of its body.
     #[inline(never)]
-    fn returned(&self, outcome: Result<T, Failure>) {
-        // SAFETY: the caller holds the task, so nobody else touches the body, and keeps no
-        // borrow of it across this call.
-        unsafe { *self.body.get() = Body::Gone };
+    unsafe fn carrier_finished(&self, slot: OutcomeSlot, carriers: &CarrierCache) {
+        // SAFETY: the slot is the `Option<Result<T, Failure>>` that this task type's `start`
+        // (`start_on_carrier`, the one its `StartCall` named) filled and handed back, in its
+        // frame on the suspended carrier's stack; nothing else touches it until the carrier
+        // resumes, which it does only for its next task, after this.
+        let outcome = unsafe { (*slot.0.cast::<Option<Result<T, Failure>>>()).take() };
+        // SAFETY: the caller holds the task and keeps no borrow of the body.
+        let body = unsafe { &mut *self.body.get() };
+        if let Body::Carried(carrier) = std::mem::replace(body, Body::Gone) {
+            // The task is live until `finish` says otherwise: its runtime is there.
+            carriers.put(self.prefix.header.shared(), carrier);
+        }
+        let outcome = outcome.unwrap_or_else(|| {
+            // `start_on_carrier` always fills the slot before it hands it back.
+            Err(Failure::Panicked(Box::new(
+                "spindle internal error: a carrier finished a task without its outcome",
+            )))
+        });
         self.prefix.finish(outcome);
+    }
+
+    /// Starts the task on a carrier of `carriers`: what [`run_other`](Self::run_other) does
+    /// for a task on the runtime's default stack that has not started.
+    ///
+    /// Safety: as for `run`; the body is `OwnPending(None, _)`, and the caller keeps no borrow
+    /// of it.
+    unsafe fn run_pending(&self, carriers: &CarrierCache) -> Option<Suspend> {
+        let header = &self.prefix.header;
+        let mut carrier = match carriers.take(header.shared()) {
+            Ok(carrier) => carrier,
+            Err(e) => {
+                // SAFETY: the caller holds the task and keeps no borrow of the body.
+                let body = unsafe { &mut *self.body.get() };
+                if let Body::OwnPending(_, f) = std::mem::replace(body, Body::Gone) {
+                    drop_unrun(f);
+                }
+                self.prefix.finish(Err(Failure::NoStack(e.into())));
+                return None;
+            }
+        };
+        // The stack names the task it runs (a stack overflow's report reads it).
+        spindle_stack::Stack::set_owner(
+            carrier.get_mut().stack(),
+            spindle_stack::Owner {
+                id: header.id,
+                name: header.name.as_deref(),
+            },
+        );
+        // SAFETY: the caller holds the task and keeps no borrow of the body.
+        let body = unsafe { &mut *self.body.get() };
+        let Body::OwnPending(_, f) = std::mem::replace(body, Body::Carried(carrier)) else {
+            unreachable!("run_pending is called for OwnPending bodies")
+        };
+        // Moved to the carrier by `start_on_carrier` (a bitwise copy); ours is forgotten.
+        let mut f = std::mem::ManuallyDrop::new(f);
+        let call = StartCall {
+            header: ptr::NonNull::from(header),
+            closure: ptr::from_mut(&mut *f).cast(),
+            start: Self::start_on_carrier,
+        };
+        let Body::Carried(co) = body else {
+            unreachable!("just set")
+        };
+        match co.get_mut().resume(Resume::start(&call)) {
+            CoroutineResult::Yield(Suspend::Finished(slot)) => {
+                // SAFETY: the carrier has just handed the outcome back; `body` and `co` are
+                // not used again.
+                unsafe { self.carrier_finished(slot, carriers) };
+                None
+            }
+            CoroutineResult::Yield(why) => Some(why),
+            CoroutineResult::Return(()) => None,
+        }
+    }
+
+    /// This task type's start on a carrier (see [`StartCall::start`]): runs the closure as a
+    /// task's own coroutine would (`coroutine_body`), then hands the outcome back and waits in
+    /// this frame for the carrier's next resume, which it returns.
+    ///
+    /// Safety: as for [`StartCall::start`]: `call.closure` holds an `F`, given up by the caller.
+    unsafe fn start_on_carrier(call: &StartCall, yielder: &TaskYielder) -> Resume {
+        // Copied before the task's code runs: `call` lives in the starting worker's frame
+        // only until the first suspension.
+        // SAFETY: per the contract, `closure` holds an `F` nobody else will drop or use.
+        let f = unsafe { call.closure.cast::<F>().read() };
+        let body = coroutine_body::<T, F>(call.header.as_ptr(), f);
+        let mut outcome = Some(body(yielder, Resume::GO));
+        // The worker takes the outcome out of this frame before it can resume us again.
+        yielder.suspend(Suspend::Finished(OutcomeSlot(
+            ptr::from_mut(&mut outcome).cast(),
+        )))
     }
 
     /// [`run`](Self::run) for a body that is not a started own-stack coroutine.
     ///
     /// Safety: as for `run`.
     #[inline(never)]
-    unsafe fn run_other(&self) -> Option<Suspend> {
+    unsafe fn run_other(&self, carriers: &CarrierCache) -> Option<Suspend> {
         // SAFETY: the caller holds the task (popped it), so nobody else touches the body.
         let body = unsafe { &mut *self.body.get() };
         let header = &self.prefix.header;
         let result = match body {
-            Body::Own(co) => co.get_mut().resume(()),
+            Body::Own(co) => co.get_mut().resume(Resume::GO),
+            // SAFETY: as for this call; `body` is not used again.
+            Body::OwnPending(None, _) => return unsafe { self.run_pending(carriers) },
+            // Reached only through `run`, which handles it.
+            Body::Carried(_) => return None,
             Body::OwnPending(..) => {
                 let Body::OwnPending(kind, f) = std::mem::replace(body, Body::Gone) else {
                     unreachable!()
@@ -627,7 +734,7 @@ where
                     Ok(stack) => {
                         *body = Body::Own(crate::spawn::own_coroutine(header, f, stack));
                         let Body::Own(co) = body else { unreachable!() };
-                        co.get_mut().resume(())
+                        co.get_mut().resume(Resume::GO)
                     }
                     Err(e) => {
                         drop_unrun(f);
@@ -637,7 +744,7 @@ where
                 }
             }
             #[cfg(feature = "stack-shared")]
-            Body::Shared(ThreadBound(co)) => co.resume(()),
+            Body::Shared(ThreadBound(co)) => co.resume(Resume::GO),
             #[cfg(feature = "stack-shared")]
             Body::SharedPending(_) => {
                 let Body::SharedPending(f) = std::mem::replace(body, Body::Gone) else {
@@ -666,7 +773,7 @@ where
                 let Body::Shared(ThreadBound(co)) = body else {
                     unreachable!()
                 };
-                co.resume(())
+                co.resume(Resume::GO)
             }
             Body::Gone => return None,
         };
@@ -802,13 +909,13 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(crate) fn coroutine_body<T, F>(
     header: *const Header,
     f: F,
-) -> impl FnOnce(&TaskYielder, ()) -> Result<T, Failure> + 'static
+) -> impl FnOnce(&TaskYielder, Resume) -> Result<T, Failure> + 'static
 where
     F: FnOnce() -> T + 'static,
     T: 'static,
 {
     let header = SendPtr(header);
-    move |yielder: &TaskYielder, ()| {
+    move |yielder: &TaskYielder, _: Resume| {
         let header = header;
         // SAFETY: the task (and so its header) outlives its coroutine: the coroutine is a field
         // of the task.

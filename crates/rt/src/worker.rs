@@ -104,6 +104,8 @@ pub(crate) struct WorkerCtx {
     driver: Option<Box<dyn Driver>>,
     /// A failure of the driver's wait was reported already.
     driver_error_logged: Cell<bool>,
+    /// Idle carriers, for the next tasks this worker starts (see `carrier`).
+    pub(crate) carriers: crate::carrier::CarrierCache,
 }
 
 thread_local! {
@@ -210,6 +212,7 @@ pub(crate) fn run(
         region: RefCell::new(None),
         driver,
         driver_error_logged: Cell::new(false),
+        carriers: crate::carrier::CarrierCache::new(index),
     };
     CURRENT.with(|c| c.set(&ctx));
     struct Unset;
@@ -263,6 +266,9 @@ pub(crate) fn run(
     };
     // Timers still armed hold tasks; drop them here, on the worker.
     drop(ctx.timers.borrow_mut().clear());
+    // Idle carriers give their stacks back to the pool now, while the thread's stack cache is
+    // still there to take them (and before shutdown trims the pool).
+    ctx.carriers.clear(&ctx.shared);
 }
 
 impl WorkerCtx {
@@ -522,12 +528,13 @@ impl WorkerCtx {
         self.current.set(&task);
         self.current_header.set(header);
         // SAFETY: we hold the task (popped it; not complete), on this worker's own stack.
-        let outcome = unsafe { task.run() };
+        let outcome = unsafe { task.run(&self.carriers) };
         self.current_header.set(ptr::null());
         self.current.set(ptr::null());
         counters.end_run();
         match outcome {
-            None => None,
+            // (`Finished` is handled by the task's `run`.)
+            None | Some(Suspend::Finished(_)) => None,
             Some(Suspend::Yield) => {
                 self.register_once(&task);
                 // Back to a queue as it is: queued and running are one state (see `task`).
@@ -643,6 +650,8 @@ impl WorkerCtx {
     /// Gives back what a spike left: task blocks and stacks (of every size the runtime pools)
     /// beyond the idle amounts.
     fn release_idle_excess(&self) {
+        // Idle carriers hold stacks: back to the pool first, which the shrink then trims.
+        self.carriers.clear(&self.shared);
         crate::task_alloc::trim(crate::task_alloc::IDLE_BYTES);
         self.shared
             .shrink_stacks(IDLE_STACKS_IN_THREAD, IDLE_STACKS_SHARED);

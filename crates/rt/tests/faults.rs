@@ -127,6 +127,46 @@ fn child_stack_overflow() {
     println!("CHILD OK (should have aborted)");
 }
 
+/// The same on the runtime's default stack, where a task starts on a carrier (a coroutine
+/// that ran an earlier task): the report names the task that overflowed, not the first one the
+/// carrier ran.
+#[test]
+fn stack_overflow_on_a_carrier_names_the_task_that_overflowed() {
+    let out = run_child("child_stack_overflow_on_a_carrier");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGABRT),
+        "{}",
+        describe(&out)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<_> = stderr
+        .lines()
+        .filter(|l| l.starts_with("spindle:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", describe(&out));
+    assert!(lines[0].contains("overflowed"), "{}", lines[0]);
+    assert!(lines[0].contains("'second-on-the-carrier'"), "{}", lines[0]);
+}
+
+#[test]
+#[ignore = "run by stack_overflow_on_a_carrier_names_the_task_that_overflowed"]
+fn child_stack_overflow_on_a_carrier() {
+    no_core_dumps();
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    rt.block_on(|| {
+        let first = Builder::new().name("first-on-the-carrier").spawn(|| 1);
+        assert_eq!(first.unwrap().join().unwrap(), 1);
+        let h = Builder::new()
+            .name("second-on-the-carrier")
+            .spawn(|| recurse(usize::MAX / 2))
+            .unwrap();
+        let _ = h.join();
+    });
+    println!("CHILD OK (should have aborted)");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Out of address space / mappings
 

@@ -1,0 +1,216 @@
+//! Carriers: coroutines that run task after task on one pooled stack.
+//!
+//! Go does not free a goroutine that exits: `gfput` keeps the dead G with its stack on the P's
+//! free list, and `gfget` hands it to the next `go` statement, which only resets its saved
+//! registers. A carrier is that for Spindle: a coroutine on a stack of the runtime's pool whose
+//! body is a loop — start the task it is handed, run it to its end, hand the outcome back,
+//! suspend until the next task. A task on the runtime's default stack (`Body::OwnPending(None,
+//! _)`, the common spawn) is started on an idle carrier of its worker's cache instead of on a
+//! new coroutine: no stack taken from the pool, no context built, no coroutine torn down and
+//! no stack given back per spawn (about a tenth of a spawn-and-finish in callgrind).
+//!
+//! # Protocol
+//!
+//! What a resume sends is a [`Resume`]: `GO` to a carrier in the middle of a task (the task's
+//! parks and yields return it and ignore it), or, to an idle carrier, the next task to start
+//! ([`StartCall`]) or the order to end (`RETIRE`). A carrier whose task has ended suspends with
+//! [`Suspend::Finished`], pointing at the outcome in that task's frame on its stack; the worker
+//! moves the outcome out at once, before anything else can resume the carrier, and finishes the
+//! task as it finishes one whose own coroutine returned. So an idle carrier's stack holds one
+//! finished frame (the last task's `start`, outcome taken) and the loop.
+//!
+//! A carrier belongs to whichever task runs on it; while idle, to one worker's
+//! [`CarrierCache`]. It is a `SendCoroutine`: a migratable task takes its carrier along, and
+//! the carrier goes to the cache of the worker the task ends on. The loop itself keeps nothing
+//! across a suspension but the yielder (on its own stack).
+//!
+//! Dropping a carrier suspended in a task (the runtime never does: it leaks unfinished tasks)
+//! force-unwinds it like any coroutine: the task's body catches the unwind as a panic, hands
+//! that outcome back, and the suspension that follows unwinds the rest. Dropping an idle one
+//! retires it: it is resumed with `RETIRE` and returns, which is cheaper than an unwind.
+
+use std::cell::UnsafeCell;
+use std::ptr::NonNull;
+use std::sync::atomic::Ordering;
+
+use spindle_coro::{CoroutineResult, SendCoroutine};
+
+use crate::runtime::Shared;
+use crate::spawn::TaskStack;
+use crate::task::{Header, Suspend, TaskYielder};
+
+/// A coroutine that runs tasks one after another (see the module docs). Boxed: it moves
+/// between a cache and a task twice per task, and the box is one word where the coroutine is
+/// a dozen (it is made once per carrier, not per task).
+pub(crate) type Carrier = Box<SendCoroutine<Resume, Suspend, (), TaskStack>>;
+
+/// Idle carriers a worker keeps. Enough for the tasks that start and end one after another
+/// between two suspensions of the same few (a spawn-and-join loop uses one; a ping-pong pair
+/// two); a burst of tasks that all suspend takes a carrier each and gives them back as they
+/// end, and those beyond this go back to the stack pool (whose cache keeps the stacks warm).
+const KEEP: usize = 64;
+
+/// What a resume hands a task's coroutine (see the module docs): [`Resume::GO`] (carry on),
+/// [`Resume::RETIRE`] (an idle carrier: end), or a pointer to the [`StartCall`] of the task an
+/// idle carrier is to start.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Resume(*const StartCall);
+
+// SAFETY: a `Resume` only carries a pointer from the resuming worker to the coroutine it
+// resumes on that same thread, which reads it before it can suspend (see `StartCall`).
+unsafe impl Send for Resume {}
+
+impl Resume {
+    /// Carry on (every resume of a task in the middle of its run).
+    pub(crate) const GO: Resume = Resume(std::ptr::null());
+    /// End (an idle carrier only).
+    const RETIRE: Resume = Resume(std::ptr::dangling());
+
+    /// Starts the task of `call` (see [`StartCall`] for how long `call` must live).
+    pub(crate) fn start(call: &StartCall) -> Resume {
+        Resume(call)
+    }
+
+    /// The task to start, if this is a start.
+    fn call(self) -> Option<NonNull<StartCall>> {
+        if self.0 == Self::RETIRE.0 {
+            return None;
+        }
+        NonNull::new(self.0.cast_mut())
+    }
+}
+
+/// Where a task that ran on a carrier left its outcome: an `Option<Result<T, Failure>>` in its
+/// `start` frame on the carrier's stack, which the worker takes (see the module docs).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OutcomeSlot(pub(crate) *mut ());
+
+// SAFETY: handed by the carrier to the worker that resumed it, on that thread, which takes the
+// outcome before the carrier can run again.
+unsafe impl Send for OutcomeSlot {}
+
+/// The start of one task on a carrier, in the frame of the worker that starts it: valid until
+/// the task first suspends, so [`StartCall::start`] copies what it needs before it runs any of
+/// the task's code.
+pub(crate) struct StartCall {
+    pub(crate) header: NonNull<Header>,
+    /// The task's closure (an `F`, moved out by `start`; the worker forgets its copy).
+    pub(crate) closure: *mut u8,
+    /// The task type's start: runs the closure on the carrier as `coroutine_body` does, hands
+    /// the outcome back with [`Suspend::Finished`], and returns what the carrier is resumed with
+    /// next.
+    ///
+    /// Safety: runs on a carrier, called by its loop with the `StartCall` it was resumed with;
+    /// `closure` holds an `F` of the task's type that the caller gives up.
+    pub(crate) start: unsafe fn(&StartCall, &TaskYielder) -> Resume,
+}
+
+/// The body of every carrier (see the module docs).
+fn carrier_loop(yielder: &TaskYielder, first: Resume) {
+    let mut next = first;
+    // `GO` here would be a resume of an idle carrier that is not a start: never sent (only
+    // tasks in the middle of their run get `GO`); ending is the harmless answer.
+    while let Some(call) = next.call() {
+        // SAFETY: the worker that resumed us with this start keeps the `StartCall` alive in
+        // its frame until our first suspension, which comes only inside `start`, after it has
+        // copied what it needs; the call's contract is the worker's (`TaskCell::run_pending`).
+        next = unsafe {
+            let call = call.as_ref();
+            (call.start)(call, yielder)
+        };
+    }
+}
+
+/// A worker's idle carriers. Touched only by its worker thread (it is a field of `WorkerCtx`,
+/// which never leaves its thread).
+pub(crate) struct CarrierCache {
+    idle: UnsafeCell<Vec<Carrier>>,
+    /// The worker's index, for its `idle_carriers` counter (the metrics' copy of the length).
+    worker: usize,
+}
+
+impl CarrierCache {
+    pub(crate) fn new(worker: usize) -> Self {
+        CarrierCache {
+            idle: UnsafeCell::new(Vec::new()),
+            worker,
+        }
+    }
+
+    /// Publishes the cache's length to the metrics.
+    #[inline]
+    fn count(&self, shared: &Shared, len: usize) {
+        if let Some(c) = shared.counters.get(self.worker) {
+            c.idle_carriers.store(len, Ordering::Relaxed);
+        }
+    }
+
+    /// An idle carrier, or a new one on a stack of the runtime's pool.
+    pub(crate) fn take(&self, shared: &Shared) -> Result<Carrier, spindle_stack::StackError> {
+        // SAFETY: only this worker's thread touches the cache, and no borrow of it is live
+        // (none is held across a call that could come back here).
+        let idle = unsafe { &mut *self.idle.get() };
+        if let Some(carrier) = idle.pop() {
+            self.count(shared, idle.len());
+            return Ok(carrier);
+        }
+        let stack = shared.stacks.get().map(TaskStack::Pooled)?;
+        let co = spindle_coro::Builder::new()
+            // A cancelled task's destructors may park while it unwinds, as on a coroutine of
+            // its own (`spawn::coroutine_builder`).
+            .allow_suspend_while_unwinding()
+            .build_with_stack(stack, carrier_loop);
+        // SAFETY: the loop keeps nothing thread-bound across a suspension (see the module
+        // docs); what each task does is covered by its own spawn's contract, as for a task's
+        // own coroutine (`spawn::own_coroutine`): it stays on its home worker unless the
+        // spawner made it migratable with the unsafe builder option.
+        Ok(Box::new(unsafe { SendCoroutine::new(co) }))
+    }
+
+    /// Keeps `carrier` (idle: its task has ended) for the next start, or retires it if the
+    /// cache is full. `shared`: the worker's runtime.
+    pub(crate) fn put(&self, shared: &Shared, carrier: Carrier) {
+        // SAFETY: as in `take`.
+        let idle = unsafe { &mut *self.idle.get() };
+        if idle.len() < KEEP {
+            idle.push(carrier);
+            self.count(shared, idle.len());
+        } else {
+            retire(carrier);
+        }
+    }
+
+    /// Retires every idle carrier (their stacks go back to the pool). `shared`: the worker's
+    /// runtime.
+    pub(crate) fn clear(&self, shared: &Shared) {
+        self.count(shared, 0);
+        self.retire_all();
+    }
+
+    fn retire_all(&self) {
+        // SAFETY: as in `take`; taken out first, so that a retire cannot see the vector.
+        let idle = std::mem::take(unsafe { &mut *self.idle.get() });
+        idle.into_iter().for_each(retire);
+    }
+}
+
+impl Drop for CarrierCache {
+    fn drop(&mut self) {
+        // (The worker clears it on its way out; this is for an unwinding worker thread.)
+        self.retire_all();
+    }
+}
+
+/// Ends an idle carrier: its loop returns, and the finished coroutine's drop gives the stack
+/// back to the pool.
+#[allow(clippy::boxed_local)] // `Carrier` is a box: this is how carriers are held
+fn retire(mut carrier: Carrier) {
+    let co = carrier.get_mut();
+    match co.resume(Resume::RETIRE) {
+        CoroutineResult::Return(()) => {}
+        // An idle carrier only suspends in a task's start; `RETIRE` makes that return into the
+        // loop, which ends. Anything else would be a task's suspension: dropping it unwinds it.
+        CoroutineResult::Yield(_) => debug_assert!(false, "a retired carrier suspended"),
+    }
+    debug_assert!(co.is_finished());
+}
