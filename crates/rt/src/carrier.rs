@@ -40,15 +40,33 @@ use crate::spawn::TaskStack;
 use crate::task::{Header, Suspend, TaskYielder};
 
 /// A coroutine that runs tasks one after another (see the module docs). Boxed: it moves
-/// between a cache and a task twice per task, and the box is one word where the coroutine is
-/// a dozen (it is made once per carrier, not per task).
-pub(crate) type Carrier = Box<SendCoroutine<Resume, Suspend, (), TaskStack>>;
+/// between a cache and a task twice per task, and the box is two words where the coroutine
+/// is a dozen (it is made once per carrier, not per task).
+pub(crate) type Carrier = Box<CarrierCell>;
 
-/// Idle carriers a worker keeps. Enough for the tasks that start and end one after another
-/// between two suspensions of the same few (a spawn-and-join loop uses one; a ping-pong pair
-/// two); a burst of tasks that all suspend takes a carrier each and gives them back as they
-/// end, and those beyond this go back to the stack pool (whose cache keeps the stacks warm).
-const KEEP: usize = 64;
+/// A carrier's coroutine and how many more tasks it may start before its stack goes back to
+/// the pool.
+pub(crate) struct CarrierCell {
+    co: SendCoroutine<Resume, Suspend, (), TaskStack>,
+    /// Starts left: the pool's `trim_every`. A stack gives back the memory a deep call
+    /// touched when the pool recycles it (every `trim_every`-th recycle); a carrier keeps its
+    /// stack across tasks, so after that many it retires and its stack is recycled.
+    starts_left: u32,
+}
+
+impl CarrierCell {
+    /// The coroutine (to resume, or read the stack of).
+    #[inline]
+    pub(crate) fn co(&mut self) -> &mut spindle_coro::Coroutine<Resume, Suspend, (), TaskStack> {
+        self.co.get_mut()
+    }
+}
+
+/// Idle carriers a worker keeps after its idle wake-up (see `WorkerCtx::release_idle_excess`);
+/// while busy it keeps as many as the pool's thread cache keeps stacks (`PoolConfig::
+/// thread_cache`): a burst of tasks that are alive at once (FIFO runs a spawning loop's
+/// children after it) ends with a carrier each, and the next burst reuses them.
+pub(crate) const IDLE_KEEP: usize = 64;
 
 /// What a resume hands a task's coroutine (see the module docs): [`Resume::GO`] (carry on),
 /// [`Resume::RETIRE`] (an idle carrier: end), or a pointer to the [`StartCall`] of the task an
@@ -150,8 +168,9 @@ impl CarrierCache {
         // SAFETY: only this worker's thread touches the cache, and no borrow of it is live
         // (none is held across a call that could come back here).
         let idle = unsafe { &mut *self.idle.get() };
-        if let Some(carrier) = idle.pop() {
+        if let Some(mut carrier) = idle.pop() {
             self.count(shared, idle.len());
+            carrier.starts_left -= 1;
             return Ok(carrier);
         }
         let stack = shared.stacks.get().map(TaskStack::Pooled)?;
@@ -164,7 +183,12 @@ impl CarrierCache {
         // docs); what each task does is covered by its own spawn's contract, as for a task's
         // own coroutine (`spawn::own_coroutine`): it stays on its home worker unless the
         // spawner made it migratable with the unsafe builder option.
-        Ok(Box::new(unsafe { SendCoroutine::new(co) }))
+        let co = unsafe { SendCoroutine::new(co) };
+        Ok(Box::new(CarrierCell {
+            co,
+            // This start included (at least one).
+            starts_left: shared.stacks.config().trim_every.max(1) - 1,
+        }))
     }
 
     /// Keeps `carrier` (idle: its task has ended) for the next start, or retires it if the
@@ -172,7 +196,7 @@ impl CarrierCache {
     pub(crate) fn put(&self, shared: &Shared, carrier: Carrier) {
         // SAFETY: as in `take`.
         let idle = unsafe { &mut *self.idle.get() };
-        if idle.len() < KEEP {
+        if carrier.starts_left > 0 && idle.len() < shared.stacks.config().thread_cache {
             idle.push(carrier);
             self.count(shared, idle.len());
         } else {
@@ -180,11 +204,29 @@ impl CarrierCache {
         }
     }
 
-    /// Retires every idle carrier (their stacks go back to the pool). `shared`: the worker's
-    /// runtime.
+    /// Idle carriers now.
+    pub(crate) fn len(&self) -> usize {
+        // SAFETY: as in `take`.
+        unsafe { (*self.idle.get()).len() }
+    }
+
+    /// Retires idle carriers beyond `keep` (their stacks go back to the pool). `shared`: the
+    /// worker's runtime.
+    pub(crate) fn trim(&self, shared: &Shared, keep: usize) {
+        // The excess is taken out first, so that a retire cannot see the vector.
+        let excess = {
+            // SAFETY: as in `take`.
+            let idle = unsafe { &mut *self.idle.get() };
+            let excess = idle.split_off(keep.min(idle.len()));
+            self.count(shared, idle.len());
+            excess
+        };
+        excess.into_iter().for_each(retire);
+    }
+
+    /// Retires every idle carrier. `shared`: the worker's runtime.
     pub(crate) fn clear(&self, shared: &Shared) {
-        self.count(shared, 0);
-        self.retire_all();
+        self.trim(shared, 0);
     }
 
     fn retire_all(&self) {
@@ -205,7 +247,7 @@ impl Drop for CarrierCache {
 /// back to the pool.
 #[allow(clippy::boxed_local)] // `Carrier` is a box: this is how carriers are held
 fn retire(mut carrier: Carrier) {
-    let co = carrier.get_mut();
+    let co = carrier.co();
     match co.resume(Resume::RETIRE) {
         CoroutineResult::Return(()) => {}
         // An idle carrier only suspends in a task's start; `RETIRE` makes that return into the

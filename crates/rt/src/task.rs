@@ -597,7 +597,7 @@ where
         if let Body::Carried(co) = body {
             // Resumed in place: the coroutine struct is not moved out of the task and back on
             // every switch.
-            return match co.get_mut().resume(Resume::GO) {
+            return match co.co().resume(Resume::GO) {
                 CoroutineResult::Yield(Suspend::Finished(slot)) => {
                     // SAFETY: the carrier has just handed the outcome back; the caller holds
                     // the task and keeps no borrow of its body (`body` is not used again).
@@ -661,7 +661,7 @@ where
         };
         // The stack names the task it runs (a stack overflow's report reads it).
         spindle_stack::Stack::set_owner(
-            carrier.get_mut().stack(),
+            carrier.co().stack(),
             spindle_stack::Owner {
                 id: header.id,
                 name: header.name.as_deref(),
@@ -682,7 +682,7 @@ where
         let Body::Carried(co) = body else {
             unreachable!("just set")
         };
-        match co.get_mut().resume(Resume::start(&call)) {
+        match co.co().resume(Resume::start(&call)) {
             CoroutineResult::Yield(Suspend::Finished(slot)) => {
                 // SAFETY: the carrier has just handed the outcome back; `body` and `co` are
                 // not used again.

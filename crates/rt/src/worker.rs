@@ -642,6 +642,7 @@ impl WorkerCtx {
     /// Whether this worker holds more than it keeps when idle (see `IDLE_RELEASE_AFTER`).
     fn holds_idle_excess(&self) -> bool {
         crate::task_alloc::held() > crate::task_alloc::IDLE_BYTES
+            || self.carriers.len() > crate::carrier::IDLE_KEEP
             || self
                 .shared
                 .holds_idle_stacks_beyond(IDLE_STACKS_IN_THREAD, IDLE_STACKS_SHARED)
@@ -650,8 +651,9 @@ impl WorkerCtx {
     /// Gives back what a spike left: task blocks and stacks (of every size the runtime pools)
     /// beyond the idle amounts.
     fn release_idle_excess(&self) {
-        // Idle carriers hold stacks: back to the pool first, which the shrink then trims.
-        self.carriers.clear(&self.shared);
+        // Idle carriers hold stacks: those beyond the idle allowance go back to the pool
+        // first, which the shrink then trims.
+        self.carriers.trim(&self.shared, crate::carrier::IDLE_KEEP);
         crate::task_alloc::trim(crate::task_alloc::IDLE_BYTES);
         self.shared
             .shrink_stacks(IDLE_STACKS_IN_THREAD, IDLE_STACKS_SHARED);

@@ -1062,7 +1062,7 @@ fn an_idle_runtime_unmaps_the_stacks_a_spike_left() {
     // The few the worker keeps with its idle carriers (coroutines to start the next tasks on)
     // are in use as the pool counts them.
     let carried = metrics.workers[0].idle_carriers as u64;
-    assert!(carried > 0 && carried <= 64, "{metrics:?}");
+    assert!(carried > 0, "{metrics:?}");
     assert!(
         after_spike.thread_cached + after_spike.shared_pooled + carried >= SPIKE as u64,
         "the spike's stacks are pooled: {after_spike:?}"
@@ -1070,11 +1070,17 @@ fn an_idle_runtime_unmaps_the_stacks_a_spike_left() {
     let start = Instant::now();
     loop {
         let stacks = rt.metrics().stacks;
-        if stacks.thread_cached + stacks.shared_pooled <= 512 {
-            assert!(stacks.unmapped >= after_spike.unmapped + (SPIKE - 512) as u64);
-            // The idle carriers gave their stacks back first.
-            assert_eq!(rt.metrics().workers[0].idle_carriers, 0);
-            assert_eq!(stacks.outstanding(), 0, "{stacks:?}");
+        let carried = rt.metrics().workers[0].idle_carriers;
+        // Once the release is over (the two readings are not one snapshot): the idle carriers
+        // beyond 64 gave their stacks back first, and hold every stack still out.
+        if stacks.thread_cached + stacks.shared_pooled <= 512
+            && carried <= 64
+            && stacks.outstanding() == carried as u64
+        {
+            assert!(
+                stacks.unmapped >= after_spike.unmapped + (SPIKE - 512 - 64) as u64,
+                "{stacks:?}"
+            );
             break;
         }
         assert!(
