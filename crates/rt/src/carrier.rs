@@ -155,6 +155,12 @@ impl CarrierCache {
         }
     }
 
+    /// The index of the worker whose cache this is.
+    #[inline]
+    pub(crate) fn worker(&self) -> usize {
+        self.worker
+    }
+
     /// Publishes the cache's length to the metrics.
     #[inline]
     fn count(&self, shared: &Shared, len: usize) {

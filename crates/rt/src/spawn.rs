@@ -44,7 +44,7 @@ where
              call it from a coroutine of a runtime"
         );
     };
-    match spawn_on(&worker.shared, Builder::new(), f) {
+    match spawn_at(&worker.shared, Some(worker.index), Builder::new(), f) {
         Ok(handle) => handle,
         Err(e) => panic!("cannot spawn a coroutine: {e}"),
     }
@@ -210,7 +210,7 @@ impl Builder {
         let worker = worker::current().ok_or_else(|| {
             io::Error::other("spindle_rt::Builder::spawn called outside a runtime")
         })?;
-        spawn_on(&worker.shared, self, f)
+        spawn_at(&worker.shared, Some(worker.index), self, f)
     }
 
     /// Spawns the coroutine on the runtime of `handle`.
@@ -378,11 +378,25 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
+    spawn_at(shared, worker::current_index(shared), builder, f)
+}
+
+/// [`spawn_on`] by a caller that knows which of the runtime's workers it runs on (`here`:
+/// `worker::current_index(shared)`).
+fn spawn_at<F, T>(
+    shared: &Arc<Shared>,
+    here: Option<usize>,
+    builder: Builder,
+    f: F,
+) -> io::Result<JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
     let closed = || io::Error::other("the runtime is shutting down: no new coroutines");
     if shared.closing.load(std::sync::atomic::Ordering::Acquire) {
         return Err(closed());
     }
-    let here = worker::current_index(shared);
     let plan = match builder.stack {
         #[cfg(not(feature = "stack-shared"))]
         Some(StackKind::Shared) => {

@@ -637,7 +637,7 @@ where
                 "spindle internal error: a carrier finished a task without its outcome",
             )))
         });
-        self.prefix.finish(outcome);
+        self.prefix.finish(outcome, carriers.worker());
     }
 
     /// Starts the task on a carrier of `carriers`: what [`run_other`](Self::run_other) does
@@ -655,7 +655,8 @@ where
                 if let Body::OwnPending(_, f) = std::mem::replace(body, Body::Gone) {
                     drop_unrun(f);
                 }
-                self.prefix.finish(Err(Failure::NoStack(e.into())));
+                self.prefix
+                    .finish(Err(Failure::NoStack(e.into())), carriers.worker());
                 return None;
             }
         };
@@ -738,7 +739,8 @@ where
                     }
                     Err(e) => {
                         drop_unrun(f);
-                        self.prefix.finish(Err(Failure::NoStack(e.into())));
+                        self.prefix
+                            .finish(Err(Failure::NoStack(e.into())), carriers.worker());
                         return None;
                     }
                 }
@@ -759,7 +761,8 @@ where
                         // As a stack that cannot be had for an own-stack coroutine (above): the
                         // closure is dropped unrun, and the join says why.
                         drop_unrun(f);
-                        self.prefix.finish(Err(Failure::NoStack(e.into())));
+                        self.prefix
+                            .finish(Err(Failure::NoStack(e.into())), carriers.worker());
                         return None;
                     }
                 };
@@ -782,7 +785,7 @@ where
             CoroutineResult::Return(outcome) => {
                 // As `returned`, inlined here: most coroutines finish in their first run.
                 *body = Body::Gone;
-                self.prefix.finish(outcome);
+                self.prefix.finish(outcome, carriers.worker());
                 None
             }
         }
@@ -790,17 +793,17 @@ where
 }
 
 impl<T> TaskPrefix<T> {
-    /// Publishes the outcome and wakes the joiner.
-    fn finish(&self, outcome: Result<T, Failure>) {
+    /// Publishes the outcome and wakes the joiner. `here`: the worker running this (of the
+    /// task's runtime: tasks run only on their own runtime's workers).
+    fn finish(&self, outcome: Result<T, Failure>, here: usize) {
         // SAFETY: the task is not `COMPLETE` yet, and we are finishing it, once.
         unsafe { self.join.put(outcome) };
         // Leave the registry first, so that whoever finds the result sees the task gone.
         let key = self.header.registry_key.load(Ordering::Relaxed);
         let shared = self.header.shared();
-        shared.tasks.ended(
-            crate::registry::Key::from_bits(key),
-            crate::worker::current_index(shared),
-        );
+        shared
+            .tasks
+            .ended(crate::registry::Key::from_bits(key), Some(here));
         let before = self.header.complete();
         if before & (State::JOIN_WAITER | State::SCOPE_WAITER | State::DETACHED) != 0 {
             self.finish_flagged(before);
