@@ -802,32 +802,30 @@ impl WakeTrait for ThreadParker {
 }
 
 thread_local! {
-    static THREAD_PARKER: ParkerSlot = ParkerSlot(Arc::new(ThreadParker {
+    static THREAD_PARKER: Arc<ThreadParker> = Arc::new(ThreadParker {
         thread: thread::current(),
         permit: AtomicBool::new(false),
-    }));
-    /// The thread's parker once `THREAD_PARKER` is destroyed (thread exit), if it was still
-    /// needed then: a leaked `Arc` (no destructor, so it stays usable to the end).
+    });
+    /// The thread's parker once `THREAD_PARKER` is destroyed (thread exit), if something parks
+    /// or takes a waker then: a leaked `Arc` (no destructor, so it stays usable to the end).
     static LATE_PARKER: Cell<*const ThreadParker> = const { Cell::new(ptr::null()) };
 }
 
-/// The thread's parker, for the thread's life. When thread-locals are destroyed at thread
-/// exit, a waker of it may still be woken (by another thread) while a later destructor waits:
-/// the parker then lives on in `LATE_PARKER`, so that the wait and the waker share one permit.
-struct ParkerSlot(Arc<ThreadParker>);
-
-impl Drop for ParkerSlot {
-    fn drop(&mut self) {
-        // Other references: wakers still out. (A count that falls meanwhile only leaks it.)
-        if Arc::strong_count(&self.0) > 1 {
-            LATE_PARKER.set(Arc::into_raw(self.0.clone()));
-        }
-    }
-}
-
+/// The thread's parker.
+///
+/// While thread-locals are destroyed at thread exit, a destructor that runs after
+/// `THREAD_PARKER`'s may still wait: it gets the late parker, the same one for every call from
+/// then on, so that a waker it takes and the park after it share one permit (one small leaked
+/// allocation per thread that does this). A waker taken *before* `THREAD_PARKER` was destroyed
+/// keeps the parker it was taken from alive, but a wait after the destruction does not see its
+/// wake-ups: a wait takes its waker and parks within one call, so only a thread that hands out
+/// a waker in one thread-local destructor and waits for it in a later one could notice. Keeping
+/// the first parker for the late waits instead would leak it whenever a waker of it is still
+/// out at thread exit, which is common (a wait queue's entry that another thread drops later),
+/// and LeakSanitizer rightly reported it.
 fn thread_parker() -> Arc<ThreadParker> {
     THREAD_PARKER
-        .try_with(|slot| slot.0.clone())
+        .try_with(Arc::clone)
         .unwrap_or_else(|_| late_parker())
 }
 
