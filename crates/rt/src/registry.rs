@@ -183,7 +183,24 @@ impl TaskRegistry {
 
     /// A task with key `key` ended on worker `here` (`None`: another thread): it leaves its
     /// slot, if it has one, and is counted as ended.
+    ///
+    /// Inlined for its common case, a task that ran without suspending (no slot) ending on a
+    /// worker: one count's load and store and a look at `waiting`. The rest is out of line,
+    /// so that the callers do not save registers for it on every end.
+    #[inline]
     pub(crate) fn ended(&self, key: Key, here: Option<usize>) {
+        match (key.shard() < self.shards.len(), self.counts_of(here)) {
+            (false, (counts, false)) => Counts::bump_own(&counts.ended),
+            _ => return self.ended_slow(key, here),
+        }
+        if self.waiting.load(Ordering::Relaxed) {
+            self.signal_ended();
+        }
+    }
+
+    /// [`ended`](Self::ended) for a task with a slot, or one ending on another thread.
+    #[inline(never)]
+    fn ended_slow(&self, key: Key, here: Option<usize>) {
         if let Some(padded) = self.shards.get(key.shard()) {
             let mut shard = padded.0.lock();
             if shard
@@ -202,9 +219,16 @@ impl TaskRegistry {
             }
         }
         if self.waiting.load(Ordering::Relaxed) {
-            let _guard = lock(&self.empty.0);
-            self.empty.1.notify_all();
+            self.signal_ended();
         }
+    }
+
+    /// Wakes a waiting [`wait_empty`](Self::wait_empty).
+    #[cold]
+    #[inline(never)]
+    fn signal_ended(&self) {
+        let _guard = lock(&self.empty.0);
+        self.empty.1.notify_all();
     }
 
     /// (spawned, ended) over every worker, ended first (see the module documentation).

@@ -434,6 +434,7 @@ where
         timer: Cell::new(None),
         registry_key: AtomicU64::new(crate::registry::Key::NONE.to_bits()),
         shared: std::ptr::NonNull::from(&**shared),
+        carrier: UnsafeCell::new(None),
         locals: UnsafeCell::new(crate::local::Locals::default()),
     };
     let (task_ref, typed) = new_task(header, f, move |header, f| match plan {

@@ -30,7 +30,7 @@ use spindle_coro::{CoroutineResult, SendCoroutine, Yielder};
 #[cfg(feature = "stack-shared")]
 use spindle_stack::SharedSlot;
 
-use crate::carrier::{Carrier, CarrierCache, OutcomeSlot, Resume, StartCall};
+use crate::carrier::{Carrier, CarrierCache, CarrierCell, OutcomeSlot, Resume, StartCall};
 use crate::runtime::Shared;
 use crate::runtime::StackKind;
 use crate::spawn::TaskStack;
@@ -127,6 +127,12 @@ pub(crate) struct Header {
     pub(crate) id: u64,
     /// The runtime: set at spawn, then read through [`Header::shared`] only (see there).
     pub(crate) shared: ptr::NonNull<Shared>,
+    /// The carrier the task runs on, from its first run on a carrier to its end (see
+    /// `carrier`). Touched only by the worker that holds the task (as the body is). Here and
+    /// not in the body: resuming a carrier does not depend on the task's types, so the worker
+    /// resumes it directly ([`Header::carrier`]) instead of through the vtable — an indirect
+    /// call whose target changes with every task type the worker switches between.
+    pub(crate) carrier: UnsafeCell<Option<Carrier>>,
     /// Depth of `spindle_park::PinGuard`s held by a migratable coroutine: while > 0 its home
     /// is the worker it runs on (touched only by the running coroutine).
     pub(crate) pins: Cell<u32>,
@@ -169,6 +175,20 @@ impl Header {
     #[inline]
     pub(crate) fn load(&self) -> u32 {
         self.state.load()
+    }
+
+    /// The carrier the task runs on, if it runs on one (see [`Header::carrier`]'s field).
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the task (it popped it and runs it on its own worker thread), and no
+    /// other borrow of the carrier is live.
+    #[inline]
+    #[allow(clippy::mut_from_ref)] // exclusive by the caller's contract, as the body is
+    pub(crate) unsafe fn carrier(&self) -> Option<&mut CarrierCell> {
+        // SAFETY: the caller holds the task, so nobody else touches the field, and no other
+        // borrow of it is live (the contract).
+        unsafe { (*self.carrier.get()).as_deref_mut() }
     }
 
     /// Sets `extra` (NOTIFIED, CANCELLED) and, if the task is idle, ACTIVE. Returns true if the
@@ -278,6 +298,12 @@ pub(crate) struct TaskVtable {
     /// runs on a worker thread of the task's runtime, on the worker's own stack; `carriers` is
     /// that worker's.
     run: unsafe fn(ptr::NonNull<Header>, &CarrierCache) -> Option<Suspend>,
+    /// The task's carrier has just suspended with [`Suspend::Finished`]: takes the outcome
+    /// from the slot, gives the carrier to `carriers` and finishes the task.
+    ///
+    /// Safety: as for `run`, right after a resume of the task's carrier (by the same caller)
+    /// returned `Finished(slot)`, with no borrow of the carrier left.
+    finished: unsafe fn(ptr::NonNull<Header>, OutcomeSlot, &CarrierCache),
     /// Drops the task in place and frees its allocation.
     ///
     /// Safety: the last reference is gone (the count reached zero).
@@ -323,8 +349,23 @@ impl TaskRef {
     /// worker's.
     #[inline]
     pub(crate) unsafe fn run(&self, carriers: &CarrierCache) -> Option<Suspend> {
+        let header = self.header();
+        // A started task on a carrier (the common resume): no call through the vtable.
+        // SAFETY: the caller holds the task; the borrow ends with the resume.
+        if let Some(carrier) = unsafe { header.carrier() } {
+            return match carrier.co().resume(Resume::GO) {
+                CoroutineResult::Yield(Suspend::Finished(slot)) => {
+                    // SAFETY: the carrier has just handed the outcome back; its borrow is over.
+                    unsafe { (header.vtable.finished)(self.0, slot, carriers) };
+                    None
+                }
+                CoroutineResult::Yield(why) => Some(why),
+                // A carrier only returns when retired, idle (see `carrier`).
+                CoroutineResult::Return(()) => None,
+            };
+        }
         // SAFETY: the vtable of this task's type, with the caller's guarantees.
-        unsafe { (self.header().vtable.run)(self.0, carriers) }
+        unsafe { (header.vtable.run)(self.0, carriers) }
     }
 
     /// A waker for this task (it counts as a reference).
@@ -417,17 +458,30 @@ impl Clone for TaskRef {
 impl Drop for TaskRef {
     #[inline]
     fn drop(&mut self) {
-        if self.header().refs.fetch_sub(1, Ordering::Release) != 1 {
-            return;
+        let refs = &self.header().refs;
+        // The last reference, by a load: a count of one is ours alone, and nobody can add to
+        // it — a new reference is made only from an existing one (a clone, a waker's clone)
+        // or from a registry slot, which the task has left before its runner's reference can
+        // be the last one (`registry`: a task in a slot is alive and unfinished, so its
+        // runner — a queue, a worker or its idle state — holds a reference besides any other).
+        // So the drop of a finished task's last reference (the worker's, once the handle is
+        // gone; or the handle's, once the worker let go) costs no read-modify-write. The
+        // acquire load synchronizes with every earlier release decrement, as the fence below
+        // does for the decrement that reaches zero.
+        if refs.load(Ordering::Acquire) != 1 {
+            if refs.fetch_sub(1, Ordering::Release) != 1 {
+                return;
+            }
+            // Every other reference's uses happen before this destruction (their decrements
+            // are releases; this fence acquires them). ThreadSanitizer does not model fences:
+            // its build acquires with a load of the count instead, as `Arc` does.
+            #[cfg(not(spindle_tsan))]
+            std::sync::atomic::fence(Ordering::Acquire);
+            #[cfg(spindle_tsan)]
+            refs.load(Ordering::Acquire);
         }
-        // Every other reference's uses happen before this destruction (their decrements are
-        // releases; this fence acquires them). ThreadSanitizer does not model fences: its
-        // build acquires with a load of the count instead, as `Arc` does.
-        #[cfg(not(spindle_tsan))]
-        std::sync::atomic::fence(Ordering::Acquire);
-        #[cfg(spindle_tsan)]
-        self.header().refs.load(Ordering::Acquire);
-        // SAFETY: the count reached zero: this was the last reference.
+        // SAFETY: the count reached zero, or was one and ours alone: this was the last
+        // reference.
         unsafe { (self.header().vtable.destroy)(self.0) };
     }
 }
@@ -500,8 +554,9 @@ pub(crate) enum Body<T, F> {
     /// spawns from holding a stack each before any of them runs: they run one after another on
     /// the same few (cache-warm) pooled stacks.
     OwnPending(Option<StackKind>, F),
-    /// Started on a carrier, which it holds until it ends (see `carrier`).
-    Carried(Carrier),
+    /// Started on a carrier, which the header holds until the task ends (see `carrier` and
+    /// `Header::carrier`); the closure moved onto it.
+    Carried,
     /// On a stack of its own (made at spawn or at the first run; may start on any worker).
     Own(OwnCoroutine<T>),
     /// On a shared stack, not made yet: the home worker makes it on its region. Only made by
@@ -565,6 +620,7 @@ where
     /// This task type's vtable (a promoted constant: one `static` per type).
     const VTABLE: &'static TaskVtable = &TaskVtable {
         run: Self::run_raw,
+        finished: Self::finished_raw,
         destroy: Self::destroy_raw,
     };
 
@@ -573,6 +629,12 @@ where
         // SAFETY: the task is a `TaskCell<T, F>` (this vtable is only ever set on those), which
         // starts with its header; the caller holds a reference and the task.
         unsafe { header.cast::<Self>().as_ref().run(carriers) }
+    }
+
+    /// Safety: as `TaskVtable::finished`; `header` is the header of a `TaskCell<T, F>`.
+    unsafe fn finished_raw(header: ptr::NonNull<Header>, slot: OutcomeSlot, carriers: &CarrierCache) {
+        // SAFETY: as for `run_raw`; the contract of `finished` is `carrier_finished`'s.
+        unsafe { header.cast::<Self>().as_ref().carrier_finished(slot, carriers) }
     }
 
     /// Safety: as `TaskVtable::destroy`; `header` is the header of a `TaskCell<T, F>`.
@@ -590,25 +652,8 @@ where
     /// on a worker thread of the task's runtime, on the worker's own stack; `carriers` is that
     /// worker's.
     unsafe fn run(&self, carriers: &CarrierCache) -> Option<Suspend> {
-        // SAFETY: the caller holds the task (popped it), so nobody else touches the body.
-        let body = unsafe { &mut *self.body.get() };
-        // The hot path (a started coroutine that suspends again) alone here; the rest is out of
-        // line, so that this one saves and restores little around its switch.
-        if let Body::Carried(co) = body {
-            // Resumed in place: the coroutine struct is not moved out of the task and back on
-            // every switch.
-            return match co.co().resume(Resume::GO) {
-                CoroutineResult::Yield(Suspend::Finished(slot)) => {
-                    // SAFETY: the carrier has just handed the outcome back; the caller holds
-                    // the task and keeps no borrow of its body (`body` is not used again).
-                    unsafe { self.carrier_finished(slot, carriers) };
-                    None
-                }
-                CoroutineResult::Yield(why) => Some(why),
-                // A carrier only returns when retired, idle (see `carrier`).
-                CoroutineResult::Return(()) => None,
-            };
-        }
+        // (A started task on a carrier is resumed by `TaskRef::run` itself, without the
+        // vtable: what comes here is a first run, an own-stack or a shared-stack coroutine.)
         // SAFETY: as for this call.
         unsafe { self.run_other(carriers) }
     }
@@ -625,9 +670,10 @@ where
         // frame on the suspended carrier's stack; nothing else touches it until the carrier
         // resumes, which it does only for its next task, after this.
         let outcome = unsafe { (*slot.0.cast::<Option<Result<T, Failure>>>()).take() };
-        // SAFETY: the caller holds the task and keeps no borrow of the body.
-        let body = unsafe { &mut *self.body.get() };
-        if let Body::Carried(carrier) = std::mem::replace(body, Body::Gone) {
+        // SAFETY: the caller holds the task and keeps no borrow of the carrier or the body.
+        unsafe { *self.body.get() = Body::Gone };
+        // SAFETY: as just said.
+        if let Some(carrier) = unsafe { (*self.prefix.header.carrier.get()).take() } {
             // The task is live until `finish` says otherwise: its runtime is there.
             carriers.put(self.prefix.header.shared(), carrier);
         }
@@ -670,7 +716,7 @@ where
         );
         // SAFETY: the caller holds the task and keeps no borrow of the body.
         let body = unsafe { &mut *self.body.get() };
-        let Body::OwnPending(_, f) = std::mem::replace(body, Body::Carried(carrier)) else {
+        let Body::OwnPending(_, f) = std::mem::replace(body, Body::Carried) else {
             unreachable!("run_pending is called for OwnPending bodies")
         };
         // Moved to the carrier by `start_on_carrier` (a bitwise copy); ours is forgotten.
@@ -680,13 +726,12 @@ where
             closure: ptr::from_mut(&mut *f).cast(),
             start: Self::start_on_carrier,
         };
-        let Body::Carried(co) = body else {
-            unreachable!("just set")
-        };
+        // SAFETY: the caller holds the task; nothing else borrows its carrier field.
+        let co = unsafe { &mut *header.carrier.get() }.insert(carrier);
         match co.co().resume(Resume::start(&call)) {
             CoroutineResult::Yield(Suspend::Finished(slot)) => {
-                // SAFETY: the carrier has just handed the outcome back; `body` and `co` are
-                // not used again.
+                // SAFETY: the carrier has just handed the outcome back; `co` is not used
+                // again.
                 unsafe { self.carrier_finished(slot, carriers) };
                 None
             }
@@ -726,7 +771,7 @@ where
             // SAFETY: as for this call; `body` is not used again.
             Body::OwnPending(None, _) => return unsafe { self.run_pending(carriers) },
             // Reached only through `run`, which handles it.
-            Body::Carried(_) => return None,
+            Body::Carried => return None,
             Body::OwnPending(..) => {
                 let Body::OwnPending(kind, f) = std::mem::replace(body, Body::Gone) else {
                     unreachable!()
@@ -795,6 +840,7 @@ where
 impl<T> TaskPrefix<T> {
     /// Publishes the outcome and wakes the joiner. `here`: the worker running this (of the
     /// task's runtime: tasks run only on their own runtime's workers).
+    #[inline(always)]
     fn finish(&self, outcome: Result<T, Failure>, here: usize) {
         // SAFETY: the task is not `COMPLETE` yet, and we are finishing it, once.
         unsafe { self.join.put(outcome) };
@@ -804,6 +850,18 @@ impl<T> TaskPrefix<T> {
         shared
             .tasks
             .ended(crate::registry::Key::from_bits(key), Some(here));
+        // Nobody else can look any more: the worker's reference (the one it runs the task
+        // with) is the only one — the handle was dropped, no waker or timer entry is out —
+        // and the task has left its registry slot just above, so no new reference can be
+        // made (see `TaskRef`'s drop). Nobody will read the state word or the join cell
+        // again but the destruction, which follows when the worker lets go: `COMPLETE` (a
+        // compare-and-swap) would tell nobody anything. A detached spawn that runs to its end
+        // (the partner of a `ping_pong`, a leaf of a tree) finishes so. Not for a `T` with
+        // drop glue: its detached value is dropped now, as the worker's own code
+        // (`finish_flagged`), not later by the destruction.
+        if !std::mem::needs_drop::<T>() && self.header.refs.load(Ordering::Acquire) == 1 {
+            return;
+        }
         let before = self.header.complete();
         if before & (State::JOIN_WAITER | State::SCOPE_WAITER | State::DETACHED) != 0 {
             self.finish_flagged(before);
