@@ -12,8 +12,8 @@
 //! # Protocol
 //!
 //! What a resume sends is a [`Resume`]: `GO` to a carrier in the middle of a task (the task's
-//! parks and yields return it and ignore it), or, to an idle carrier, the next task to start
-//! ([`StartCall`]) or the order to end (`RETIRE`). A carrier whose task has ended suspends with
+//! parks and yields return it and ignore it), or, to an idle carrier, the header of the next
+//! task to start or the order to end (`RETIRE`). A carrier whose task has ended suspends with
 //! [`Suspend::Finished`], pointing at the outcome in that task's frame on its stack; the worker
 //! moves the outcome out at once, before anything else can resume the carrier, and finishes the
 //! task as it finishes one whose own coroutine returned. So an idle carrier's stack holds one
@@ -69,28 +69,29 @@ impl CarrierCell {
 pub(crate) const IDLE_KEEP: usize = 64;
 
 /// What a resume hands a task's coroutine (see the module docs): [`Resume::GO`] (carry on),
-/// [`Resume::RETIRE`] (an idle carrier: end), or a pointer to the [`StartCall`] of the task an
-/// idle carrier is to start.
+/// [`Resume::RETIRE`] (an idle carrier: end), or the header of the task an idle carrier is to
+/// start.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Resume(*const StartCall);
+pub(crate) struct Resume(*const Header);
 
 // SAFETY: a `Resume` only carries a pointer from the resuming worker to the coroutine it
-// resumes on that same thread, which reads it before it can suspend (see `StartCall`).
+// resumes on that same thread; a start's header is that of a task the worker holds, alive
+// until the task ends on this carrier.
 unsafe impl Send for Resume {}
 
 impl Resume {
     /// Carry on (every resume of a task in the middle of its run).
     pub(crate) const GO: Resume = Resume(std::ptr::null());
-    /// End (an idle carrier only).
+    /// End (an idle carrier only). No header is at this address (it is the alignment).
     const RETIRE: Resume = Resume(std::ptr::dangling());
 
-    /// Starts the task of `call` (see [`StartCall`] for how long `call` must live).
-    pub(crate) fn start(call: &StartCall) -> Resume {
-        Resume(call)
+    /// Starts the task of `header` (whose body is its closure, unrun).
+    pub(crate) fn start(header: &Header) -> Resume {
+        Resume(header)
     }
 
     /// The task to start, if this is a start.
-    fn call(self) -> Option<NonNull<StartCall>> {
+    fn task(self) -> Option<NonNull<Header>> {
         if self.0 == Self::RETIRE.0 {
             return None;
         }
@@ -107,35 +108,16 @@ pub(crate) struct OutcomeSlot(pub(crate) *mut ());
 // outcome before the carrier can run again.
 unsafe impl Send for OutcomeSlot {}
 
-/// The start of one task on a carrier, in the frame of the worker that starts it: valid until
-/// the task first suspends, so [`StartCall::start`] copies what it needs before it runs any of
-/// the task's code.
-pub(crate) struct StartCall {
-    pub(crate) header: NonNull<Header>,
-    /// The task's closure (an `F`, moved out by `start`; the worker forgets its copy).
-    pub(crate) closure: *mut u8,
-    /// The task type's start: runs the closure on the carrier as `coroutine_body` does, hands
-    /// the outcome back with [`Suspend::Finished`], and returns what the carrier is resumed with
-    /// next.
-    ///
-    /// Safety: runs on a carrier, called by its loop with the `StartCall` it was resumed with;
-    /// `closure` holds an `F` of the task's type that the caller gives up.
-    pub(crate) start: unsafe fn(&StartCall, &TaskYielder) -> Resume,
-}
-
 /// The body of every carrier (see the module docs).
 fn carrier_loop(yielder: &TaskYielder, first: Resume) {
     let mut next = first;
     // `GO` here would be a resume of an idle carrier that is not a start: never sent (only
     // tasks in the middle of their run get `GO`); ending is the harmless answer.
-    while let Some(call) = next.call() {
-        // SAFETY: the worker that resumed us with this start keeps the `StartCall` alive in
-        // its frame until our first suspension, which comes only inside `start`, after it has
-        // copied what it needs; the call's contract is the worker's (`TaskCell::run_pending`).
-        next = unsafe {
-            let call = call.as_ref();
-            (call.start)(call, yielder)
-        };
+    while let Some(header) = next.task() {
+        // SAFETY: the worker that resumed us with this start holds the task (it popped it and
+        // runs it on this, its carrier, to the task's end), whose body is its unrun closure:
+        // the contract of `Header::start_on_carrier`.
+        next = unsafe { Header::start_on_carrier(header, yielder) };
     }
 }
 

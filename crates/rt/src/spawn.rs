@@ -413,6 +413,7 @@ where
         }
         kind => StackPlan::AtFirstRun(kind),
     };
+    let starts_on_carrier = matches!(plan, StackPlan::AtFirstRun(None));
     let header = Header {
         state: crate::state::TaskState::new_active(),
         id: next_task_id(),
@@ -430,6 +431,7 @@ where
         park_seq: AtomicU64::new(0),
         no_cancel: Cell::new(0),
         copying: builder.stack == Some(StackKind::Shared),
+        starts_on_carrier,
         pins: Cell::new(0),
         timer: Cell::new(None),
         registry_key: AtomicU64::new(crate::registry::Key::NONE.to_bits()),

@@ -30,7 +30,7 @@ use spindle_coro::{CoroutineResult, SendCoroutine, Yielder};
 #[cfg(feature = "stack-shared")]
 use spindle_stack::SharedSlot;
 
-use crate::carrier::{Carrier, CarrierCache, CarrierCell, OutcomeSlot, Resume, StartCall};
+use crate::carrier::{Carrier, CarrierCache, CarrierCell, OutcomeSlot, Resume};
 use crate::runtime::Shared;
 use crate::runtime::StackKind;
 use crate::spawn::TaskStack;
@@ -141,6 +141,9 @@ pub(crate) struct Header {
     pub(crate) migratable: bool,
     /// The coroutine runs on a copying (shared) stack.
     pub(crate) copying: bool,
+    /// The task starts on a carrier of the worker that first runs it (a spawn on the runtime's
+    /// default stack: `Body::OwnPending(None, _)`; see `carrier`). Set at spawn.
+    pub(crate) starts_on_carrier: bool,
     /// Incremented by every park (by the parking coroutine alone); a timer entry carries the
     /// value it was made with, and the state word the low bits of the last park's (see the
     /// module docs), so a timer left over from an earlier park wakes nothing.
@@ -175,6 +178,21 @@ impl Header {
     #[inline]
     pub(crate) fn load(&self) -> u32 {
         self.state.load()
+    }
+
+    /// Starts the task of `header` on the calling carrier: its type's
+    /// [`TaskVtable::start`].
+    ///
+    /// # Safety
+    ///
+    /// As for `TaskVtable::start`.
+    #[inline]
+    pub(crate) unsafe fn start_on_carrier(
+        header: ptr::NonNull<Header>,
+        yielder: &TaskYielder,
+    ) -> Resume {
+        // SAFETY: the header is alive (the caller's contract); the rest is the contract.
+        unsafe { (header.as_ref().vtable.start)(header, yielder) }
     }
 
     /// The carrier the task runs on, if it runs on one (see [`Header::carrier`]'s field).
@@ -304,6 +322,14 @@ pub(crate) struct TaskVtable {
     /// Safety: as for `run`, right after a resume of the task's carrier (by the same caller)
     /// returned `Finished(slot)`, with no borrow of the carrier left.
     finished: unsafe fn(ptr::NonNull<Header>, OutcomeSlot, &CarrierCache),
+    /// Runs the task on the calling carrier: moves its closure out of the body, runs it as
+    /// `coroutine_body` does, hands the outcome back with [`Suspend::Finished`], and returns
+    /// what the carrier is resumed with next.
+    ///
+    /// Safety: called by a carrier's loop, resumed with a start of this task by the worker
+    /// that holds it (which installed the carrier in the header); the body is
+    /// `OwnPending(None, _)`, its closure unrun.
+    start: unsafe fn(ptr::NonNull<Header>, &TaskYielder) -> Resume,
     /// Drops the task in place and frees its allocation.
     ///
     /// Safety: the last reference is gone (the count reached zero).
@@ -364,8 +390,35 @@ impl TaskRef {
                 CoroutineResult::Return(()) => None,
             };
         }
+        // A first run on a carrier: the worker installs and starts one itself, so that the
+        // task type's code is reached by one indirect call (the carrier's start) instead of
+        // two (the vtable's run, then the start). A carrier that cannot be had is left to the
+        // vtable's run, which reports it.
+        if header.starts_on_carrier
+            // SAFETY: the caller's guarantees; with no carrier (just checked) a task that
+            // starts on one has not started.
+            && let Some(outcome) = unsafe { self.start_carried(carriers) }
+        {
+            return outcome;
+        }
         // SAFETY: the vtable of this task's type, with the caller's guarantees.
         unsafe { (header.vtable.run)(self.0, carriers) }
+    }
+
+    /// Starts the task (on the default stack, never run, no carrier yet) on a carrier of
+    /// `carriers`; `None` if none can be had (nothing was done).
+    ///
+    /// # Safety
+    ///
+    /// As for [`run`](Self::run), and the task has not started (its `starts_on_carrier` is set
+    /// and it has no carrier: a carried task keeps its carrier until it ends, and never runs
+    /// again after).
+    #[inline(never)]
+    unsafe fn start_carried(&self, carriers: &CarrierCache) -> Option<Option<Suspend>> {
+        let header = self.header();
+        let carrier = carriers.take(header.shared()).ok()?;
+        // SAFETY: as for this call.
+        Some(unsafe { start_on(header, carrier, carriers) })
     }
 
     /// A waker for this task (it counts as a reference).
@@ -621,6 +674,7 @@ where
     const VTABLE: &'static TaskVtable = &TaskVtable {
         run: Self::run_raw,
         finished: Self::finished_raw,
+        start: Self::start_on_carrier,
         destroy: Self::destroy_raw,
     };
 
@@ -693,7 +747,7 @@ where
     /// of it.
     unsafe fn run_pending(&self, carriers: &CarrierCache) -> Option<Suspend> {
         let header = &self.prefix.header;
-        let mut carrier = match carriers.take(header.shared()) {
+        let carrier = match carriers.take(header.shared()) {
             Ok(carrier) => carrier,
             Err(e) => {
                 // SAFETY: the caller holds the task and keeps no borrow of the body.
@@ -706,51 +760,30 @@ where
                 return None;
             }
         };
-        // The stack names the task it runs (a stack overflow's report reads it).
-        spindle_stack::Stack::set_owner(
-            carrier.co().stack(),
-            spindle_stack::Owner {
-                id: header.id,
-                name: header.name.as_deref(),
-            },
-        );
-        // SAFETY: the caller holds the task and keeps no borrow of the body.
-        let body = unsafe { &mut *self.body.get() };
-        let Body::OwnPending(_, f) = std::mem::replace(body, Body::Carried) else {
-            unreachable!("run_pending is called for OwnPending bodies")
-        };
-        // Moved to the carrier by `start_on_carrier` (a bitwise copy); ours is forgotten.
-        let mut f = std::mem::ManuallyDrop::new(f);
-        let call = StartCall {
-            header: ptr::NonNull::from(header),
-            closure: ptr::from_mut(&mut *f).cast(),
-            start: Self::start_on_carrier,
-        };
-        // SAFETY: the caller holds the task; nothing else borrows its carrier field.
-        let co = unsafe { &mut *header.carrier.get() }.insert(carrier);
-        match co.co().resume(Resume::start(&call)) {
-            CoroutineResult::Yield(Suspend::Finished(slot)) => {
-                // SAFETY: the carrier has just handed the outcome back; `co` is not used
-                // again.
-                unsafe { self.carrier_finished(slot, carriers) };
-                None
-            }
-            CoroutineResult::Yield(why) => Some(why),
-            CoroutineResult::Return(()) => None,
-        }
+        // SAFETY: the caller holds the task; the body is `OwnPending(None, _)` (this call's
+        // contract), so the task has not started.
+        unsafe { start_on(header, carrier, carriers) }
     }
 
-    /// This task type's start on a carrier (see [`StartCall::start`]): runs the closure as a
-    /// task's own coroutine would (`coroutine_body`), then hands the outcome back and waits in
-    /// this frame for the carrier's next resume, which it returns.
+    /// This task type's start on a carrier ([`TaskVtable::start`]): moves the closure out of
+    /// the body, runs it as a task's own coroutine would (`coroutine_body`), then hands the
+    /// outcome back and waits in this frame for the carrier's next resume, which it returns.
     ///
-    /// Safety: as for [`StartCall::start`]: `call.closure` holds an `F`, given up by the caller.
-    unsafe fn start_on_carrier(call: &StartCall, yielder: &TaskYielder) -> Resume {
-        // Copied before the task's code runs: `call` lives in the starting worker's frame
-        // only until the first suspension.
-        // SAFETY: per the contract, `closure` holds an `F` nobody else will drop or use.
-        let f = unsafe { call.closure.cast::<F>().read() };
-        let body = coroutine_body::<T, F>(call.header.as_ptr(), f);
+    /// Safety: as for `TaskVtable::start`.
+    unsafe fn start_on_carrier(header: ptr::NonNull<Header>, yielder: &TaskYielder) -> Resume {
+        // SAFETY: `header` is a `TaskCell<T, F>`'s (this vtable's type), held by the worker
+        // that resumed us, so nobody else touches the body.
+        let body = unsafe { &mut *header.cast::<Self>().as_ref().body.get() };
+        let Body::OwnPending(None, f) = std::mem::replace(body, Body::Carried) else {
+            // Not reachable (the contract); finishing without running is the harmless answer.
+            let mut outcome: Option<Result<T, Failure>> = Some(Err(Failure::Panicked(Box::new(
+                "spindle internal error: a carrier was asked to start a started task",
+            ))));
+            return yielder.suspend(Suspend::Finished(OutcomeSlot(
+                ptr::from_mut(&mut outcome).cast(),
+            )));
+        };
+        let body = coroutine_body::<T, F>(header.as_ptr(), f);
         let mut outcome = Some(body(yielder, Resume::GO));
         // The worker takes the outcome out of this frame before it can resume us again.
         yielder.suspend(Suspend::Finished(OutcomeSlot(
@@ -834,6 +867,41 @@ where
                 None
             }
         }
+    }
+}
+
+/// Installs `carrier` as the task's and starts the task on it (the common part of
+/// [`TaskRef::start_carried`] and `TaskCell::run_pending`).
+///
+/// # Safety
+///
+/// The caller holds the task (popped it, on its worker's own stack; `carriers` is that
+/// worker's), which is on the default stack and has not started (its body is
+/// `OwnPending(None, _)`), and keeps no borrow of its carrier field.
+#[inline(always)]
+unsafe fn start_on(
+    header: &Header,
+    mut carrier: Carrier,
+    carriers: &CarrierCache,
+) -> Option<Suspend> {
+    // The stack names the task it runs (a stack overflow's report reads it).
+    spindle_stack::Stack::set_owner(
+        carrier.co().stack(),
+        spindle_stack::Owner {
+            id: header.id,
+            name: header.name.as_deref(),
+        },
+    );
+    // SAFETY: the caller holds the task; nothing else borrows its carrier field.
+    let co = unsafe { &mut *header.carrier.get() }.insert(carrier);
+    match co.co().resume(Resume::start(header)) {
+        CoroutineResult::Yield(Suspend::Finished(slot)) => {
+            // SAFETY: the carrier has just handed the outcome back; `co` is not used again.
+            unsafe { (header.vtable.finished)(ptr::NonNull::from(header), slot, carriers) };
+            None
+        }
+        CoroutineResult::Yield(why) => Some(why),
+        CoroutineResult::Return(()) => None,
     }
 }
 
