@@ -68,6 +68,25 @@ fn take_value<T, E>(result: &mut Option<Result<T, E>>) -> Option<T> {
 }
 
 impl<T, E> JoinCell<T, E> {
+    /// Whether dropping the cell would drop nothing: no value with drop glue or failure in
+    /// the result, no waker in either field (the destruction's fast path, `TaskCell::destroy`;
+    /// `&mut`: nobody else can touch the cell).
+    #[inline]
+    pub(crate) fn holds_nothing_to_drop(&mut self) -> bool {
+        const { assert!(!std::mem::needs_drop::<Lock>(), "the lock needs no drop") };
+        // SAFETY: `&mut self`: no other access to the fields exists.
+        let result = self.result.with_mut(|r| match unsafe { &*r } {
+            None => true,
+            Some(Ok(_)) => !std::mem::needs_drop::<T>(),
+            Some(Err(_)) => false,
+        });
+        // SAFETY: as above.
+        let no_waiter = self.waiter.with_mut(|w| unsafe { (*w).is_none() });
+        // SAFETY: as above.
+        let no_scope_waiter = self.scope_waiter.with_mut(|w| unsafe { (*w).is_none() });
+        result && no_waiter && no_scope_waiter
+    }
+
     pub(crate) fn new() -> Self {
         JoinCell {
             lock: Lock::new(()),

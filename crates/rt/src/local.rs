@@ -31,6 +31,13 @@ struct Map {
 }
 
 impl Locals {
+    /// Whether the coroutine never had a local (the map is made on first use), so dropping
+    /// this drops nothing.
+    #[inline]
+    pub(crate) fn is_unused(&self) -> bool {
+        self.map.is_none()
+    }
+
     /// The value of `key`, made with `init` if there is none yet; a pointer to it (it is
     /// boxed: adding other values, which may move the map's entries, does not move it).
     ///
