@@ -44,9 +44,74 @@ where
              call it from a coroutine of a runtime"
         );
     };
-    match spawn_at(&worker.shared, Some(worker.index), Builder::new(), f) {
-        Ok(handle) => handle,
-        Err(e) => panic!("cannot spawn a coroutine: {e}"),
+    match spawn_plain(&worker.shared, worker.index, f) {
+        Some(handle) => handle,
+        None => panic!("cannot spawn a coroutine: {}", closing_error()),
+    }
+}
+
+/// The error of a spawn on a runtime that is shutting down.
+fn closing_error() -> io::Error {
+    io::Error::other("the runtime is shutting down: no new coroutines")
+}
+
+/// [`spawn_at`] with a default [`Builder`] by the worker `here` of `shared`, on its own thread
+/// (plain [`spawn`] from a coroutine): the same task, made without the builder's choices
+/// (no name, the default stack at the first run — on a carrier —, not migratable), which
+/// the compiler did not fold away: ~40 instructions a spawn. `None`: the runtime is closing.
+#[inline]
+fn spawn_plain<F, T>(shared: &Arc<Shared>, here: usize, f: F) -> Option<JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    if shared.closing.load(std::sync::atomic::Ordering::Acquire) {
+        return None;
+    }
+    let header = new_header::<T, F>(shared, None, false, false, true);
+    let (task_ref, typed) = new_task(header, f, |_, f| Body::OwnPending(None, f));
+    // As in `spawn_at`: counted now, and a worker's spawn needs no second look at `closing`.
+    shared.tasks.spawned(Some(here));
+    shared.schedule_from(Some(here), task_ref, Reason::Spawned);
+    Some(JoinHandle { task: typed })
+}
+
+/// A new task's header: active, with a fresh id, no home yet.
+#[inline(always)]
+fn new_header<T, F>(
+    shared: &Arc<Shared>,
+    name: Option<Arc<str>>,
+    migratable: bool,
+    copying: bool,
+    starts_on_carrier: bool,
+) -> Header
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    Header {
+        state: crate::state::TaskState::new_active(),
+        id: next_task_id(),
+        name,
+        // Like every coroutine, a shared-stack one may start on any worker (before its first
+        // run it has no stack: `Body::SharedPending`), and stays on the one that first runs
+        // it, whose region holds its stack from then on. (Pinning it at spawn instead kept a
+        // tree of them — skynet — on the root's worker alone.)
+        home: AtomicUsize::new(NO_HOME),
+        migratable,
+        yielder: AtomicPtr::new(std::ptr::null_mut()),
+        vtable: crate::task::vtable_of::<T, F>(),
+        refs: AtomicUsize::new(0), // set by `new_task`
+        park_seq: AtomicU64::new(0),
+        no_cancel: Cell::new(0),
+        copying,
+        starts_on_carrier,
+        pins: Cell::new(0),
+        timer: Cell::new(None),
+        registry_key: AtomicU64::new(crate::registry::Key::NONE.to_bits()),
+        shared: std::ptr::NonNull::from(&**shared),
+        carrier: UnsafeCell::new(None),
+        locals: UnsafeCell::new(crate::local::Locals::default()),
     }
 }
 
@@ -393,7 +458,7 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let closed = || io::Error::other("the runtime is shutting down: no new coroutines");
+    let closed = closing_error;
     if shared.closing.load(std::sync::atomic::Ordering::Acquire) {
         return Err(closed());
     }
@@ -414,31 +479,14 @@ where
         kind => StackPlan::AtFirstRun(kind),
     };
     let starts_on_carrier = matches!(plan, StackPlan::AtFirstRun(None));
-    let header = Header {
-        state: crate::state::TaskState::new_active(),
-        id: next_task_id(),
-        name: builder.name,
-        // Like every coroutine, a shared-stack one may start on any worker (before its first
-        // run it has no stack: `Body::SharedPending`), and stays on the one that first runs
-        // it, whose region holds its stack from then on. (Pinning it at spawn instead kept a
-        // tree of them — skynet — on the root's worker alone.)
-        home: AtomicUsize::new(NO_HOME),
+    let header = new_header::<T, F>(
+        shared,
+        builder.name,
         // Shared stacks never migrate once started (the option does not apply to them).
-        migratable: builder.migratable && builder.stack != Some(StackKind::Shared),
-        yielder: AtomicPtr::new(std::ptr::null_mut()),
-        vtable: crate::task::vtable_of::<T, F>(),
-        refs: AtomicUsize::new(0), // set by `new_task`
-        park_seq: AtomicU64::new(0),
-        no_cancel: Cell::new(0),
-        copying: builder.stack == Some(StackKind::Shared),
+        builder.migratable && builder.stack != Some(StackKind::Shared),
+        builder.stack == Some(StackKind::Shared),
         starts_on_carrier,
-        pins: Cell::new(0),
-        timer: Cell::new(None),
-        registry_key: AtomicU64::new(crate::registry::Key::NONE.to_bits()),
-        shared: std::ptr::NonNull::from(&**shared),
-        carrier: UnsafeCell::new(None),
-        locals: UnsafeCell::new(crate::local::Locals::default()),
-    };
+    );
     let (task_ref, typed) = new_task(header, f, move |header, f| match plan {
         // The builder's `shared_stack` is `unsafe`: its caller accepted the contract that
         // `Body::SharedPending` stands for.

@@ -1150,7 +1150,10 @@ fn drop_unrun<F>(f: F) {
 }
 
 /// Makes a task running `f`; `make` builds its body, given the task's header and `f`. Sets
-/// the header's vtable and reference count (whatever `header` had there).
+/// the header's vtable and reference count (whatever `header` had there). Inlined, so that
+/// the header is written straight into the task's block, not built in the caller's frame
+/// and copied.
+#[inline(always)]
 pub(crate) fn new_task<T, F>(
     mut header: Header,
     f: F,
