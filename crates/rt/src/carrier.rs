@@ -151,7 +151,9 @@ impl CarrierCache {
         }
     }
 
-    /// An idle carrier, or a new one on a stack of the runtime's pool.
+    /// An idle carrier, or a new one on a stack of the runtime's pool. (Inlined for the
+    /// common case, an idle one; the rest is out of line.)
+    #[inline]
     pub(crate) fn take(&self, shared: &Shared) -> Result<Carrier, spindle_stack::StackError> {
         // SAFETY: only this worker's thread touches the cache, and no borrow of it is live
         // (none is held across a call that could come back here).
@@ -161,6 +163,12 @@ impl CarrierCache {
             carrier.starts_left -= 1;
             return Ok(carrier);
         }
+        self.make(shared)
+    }
+
+    /// A new carrier on a stack of the runtime's pool.
+    #[inline(never)]
+    fn make(&self, shared: &Shared) -> Result<Carrier, spindle_stack::StackError> {
         let stack = shared.stacks.get().map(TaskStack::Pooled)?;
         let co = spindle_coro::Builder::new()
             // A cancelled task's destructors may park while it unwinds, as on a coroutine of
@@ -181,7 +189,24 @@ impl CarrierCache {
 
     /// Keeps `carrier` (idle: its task has ended) for the next start, or retires it if the
     /// cache is full. `shared`: the worker's runtime.
+    #[inline]
     pub(crate) fn put(&self, shared: &Shared, carrier: Carrier) {
+        // SAFETY: as in `take`.
+        let idle = unsafe { &mut *self.idle.get() };
+        if carrier.starts_left > 0
+            && idle.len() < shared.stacks.config().thread_cache
+            && idle.len() < idle.capacity()
+        {
+            idle.push(carrier);
+            self.count(shared, idle.len());
+        } else {
+            self.put_slow(shared, carrier);
+        }
+    }
+
+    /// [`put`](Self::put) when the cache's vector must grow, or the carrier retires.
+    #[inline(never)]
+    fn put_slow(&self, shared: &Shared, carrier: Carrier) {
         // SAFETY: as in `take`.
         let idle = unsafe { &mut *self.idle.get() };
         if carrier.starts_left > 0 && idle.len() < shared.stacks.config().thread_cache {

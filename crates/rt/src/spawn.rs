@@ -44,7 +44,7 @@ where
              call it from a coroutine of a runtime"
         );
     };
-    match spawn_plain(&worker.shared, worker.index, f) {
+    match spawn_plain(worker, f) {
         Some(handle) => handle,
         None => panic!("cannot spawn a coroutine: {}", closing_error()),
     }
@@ -55,20 +55,21 @@ fn closing_error() -> io::Error {
     io::Error::other("the runtime is shutting down: no new coroutines")
 }
 
-/// [`spawn_at`] with a default [`Builder`] by the worker `here` of `shared`, on its own thread
+/// [`spawn_at`] with a default [`Builder`] by `worker`, on its own thread
 /// (plain [`spawn`] from a coroutine): the same task, made without the builder's choices
 /// (no name, the default stack at the first run — on a carrier —, not migratable), which
 /// the compiler did not fold away: ~40 instructions a spawn. `None`: the runtime is closing.
 #[inline]
-fn spawn_plain<F, T>(shared: &Arc<Shared>, here: usize, f: F) -> Option<JoinHandle<T>>
+fn spawn_plain<F, T>(worker: &worker::WorkerCtx, f: F) -> Option<JoinHandle<T>>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
+    let (shared, here) = (&worker.shared, worker.index);
     if shared.closing.load(std::sync::atomic::Ordering::Acquire) {
         return None;
     }
-    let header = new_header::<T, F>(shared, None, false, false, true);
+    let header = new_header::<T, F>(shared, worker.next_task_id(), None, false, false, true);
     let (task_ref, typed) = new_task(header, f, |_, f| Body::OwnPending(None, f));
     // As in `spawn_at`: counted now, and a worker's spawn needs no second look at `closing`.
     shared.tasks.spawned(Some(here));
@@ -80,6 +81,7 @@ where
 #[inline(always)]
 fn new_header<T, F>(
     shared: &Arc<Shared>,
+    id: u64,
     name: Option<Arc<str>>,
     migratable: bool,
     copying: bool,
@@ -91,7 +93,7 @@ where
 {
     Header {
         state: crate::state::TaskState::new_active(),
-        id: next_task_id(),
+        id,
         name,
         // Like every coroutine, a shared-stack one may start on any worker (before its first
         // run it has no stack: `Body::SharedPending`), and stays on the one that first runs
@@ -367,7 +369,13 @@ static NEXT_TASK_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Ids a thread takes from [`NEXT_TASK_ID`] at a time: workers spawning at once then do not
 /// write one shared cache line for every spawn. Ids stay unique, not ordered across threads.
-const TASK_ID_BLOCK: u64 = 1024;
+pub(crate) const TASK_ID_BLOCK: u64 = 1024;
+
+/// The first of a fresh block of [`TASK_ID_BLOCK`] ids.
+#[inline(never)]
+pub(crate) fn take_task_id_block() -> u64 {
+    NEXT_TASK_ID.fetch_add(TASK_ID_BLOCK, std::sync::atomic::Ordering::Relaxed)
+}
 
 thread_local! {
     /// The calling thread's block of task ids: (next, end).
@@ -382,7 +390,7 @@ fn next_task_id() -> u64 {
             ids.set((next + 1, end));
             return next;
         }
-        let start = NEXT_TASK_ID.fetch_add(TASK_ID_BLOCK, std::sync::atomic::Ordering::Relaxed);
+        let start = take_task_id_block();
         ids.set((start + 1, start + TASK_ID_BLOCK));
         start
     };
@@ -481,6 +489,7 @@ where
     let starts_on_carrier = matches!(plan, StackPlan::AtFirstRun(None));
     let header = new_header::<T, F>(
         shared,
+        next_task_id(),
         builder.name,
         // Shared stacks never migrate once started (the option does not apply to them).
         builder.migratable && builder.stack != Some(StackKind::Shared),

@@ -106,6 +106,9 @@ pub(crate) struct WorkerCtx {
     driver_error_logged: Cell<bool>,
     /// Idle carriers, for the next tasks this worker starts (see `carrier`).
     pub(crate) carriers: crate::carrier::CarrierCache,
+    /// This worker's block of task ids, (next, end): its spawns take ids from here, without
+    /// the thread-local lookup of `spawn::next_task_id`.
+    task_ids: Cell<(u64, u64)>,
 }
 
 thread_local! {
@@ -123,6 +126,22 @@ pub(crate) fn current() -> Option<&'static WorkerCtx> {
     // SAFETY: non-null only while `run` is on the stack of this thread, which owns the context;
     // callers use the reference without keeping it across a coroutine switch.
     (!ctx.is_null()).then(|| unsafe { &*ctx })
+}
+
+impl WorkerCtx {
+    /// A task id no other task of the process has (see `spawn::next_task_id`), from this
+    /// worker's block.
+    #[inline]
+    pub(crate) fn next_task_id(&self) -> u64 {
+        let (next, end) = self.task_ids.get();
+        if next < end {
+            self.task_ids.set((next + 1, end));
+            return next;
+        }
+        let start = crate::spawn::take_task_id_block();
+        self.task_ids.set((start + 1, start + crate::spawn::TASK_ID_BLOCK));
+        start
+    }
 }
 
 /// Runs `f` with this thread's worker marked as running no coroutine, for code that the worker
@@ -213,6 +232,7 @@ pub(crate) fn run(
         driver,
         driver_error_logged: Cell::new(false),
         carriers: crate::carrier::CarrierCache::new(index),
+        task_ids: Cell::new((0, 0)),
     };
     CURRENT.with(|c| c.set(&ctx));
     struct Unset;
