@@ -69,7 +69,7 @@ where
     if shared.closing.load(std::sync::atomic::Ordering::Acquire) {
         return None;
     }
-    let header = new_header::<T, F>(shared, worker.next_task_id(), None, false, false, true);
+    let header = || new_header::<T, F>(shared, worker.next_task_id(), None, false, false, true);
     let (task_ref, typed) = new_task(header, f, |_, f| Body::OwnPending(None, f));
     // As in `spawn_at`: counted now, and a worker's spawn needs no second look at `closing`.
     shared.tasks.spawned(Some(here));
@@ -487,15 +487,17 @@ where
         kind => StackPlan::AtFirstRun(kind),
     };
     let starts_on_carrier = matches!(plan, StackPlan::AtFirstRun(None));
-    let header = new_header::<T, F>(
-        shared,
-        next_task_id(),
-        builder.name,
-        // Shared stacks never migrate once started (the option does not apply to them).
-        builder.migratable && builder.stack != Some(StackKind::Shared),
-        builder.stack == Some(StackKind::Shared),
-        starts_on_carrier,
-    );
+    let header = || {
+        new_header::<T, F>(
+            shared,
+            next_task_id(),
+            builder.name,
+            // Shared stacks never migrate once started (the option does not apply to them).
+            builder.migratable && builder.stack != Some(StackKind::Shared),
+            builder.stack == Some(StackKind::Shared),
+            starts_on_carrier,
+        )
+    };
     let (task_ref, typed) = new_task(header, f, move |header, f| match plan {
         // The builder's `shared_stack` is `unsafe`: its caller accepted the contract that
         // `Body::SharedPending` stands for.
