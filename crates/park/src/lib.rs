@@ -129,6 +129,19 @@ pub trait Hook {
     /// A waker for the current task. Only called when [`in_task`](Hook::in_task) is true.
     fn waker(&self) -> Waker;
 
+    /// [`waker`](Hook::waker) if the calling code runs in a task of this runtime (`Some`),
+    /// else `None` (the caller then takes the thread's waker): what [`waker`](crate::waker)
+    /// asks. The default asks [`in_task`](Hook::in_task), then takes the waker; a runtime may
+    /// answer both with one call.
+    #[inline]
+    fn try_waker(&self) -> Option<Waker> {
+        if self.in_task() {
+            Some(self.waker())
+        } else {
+            None
+        }
+    }
+
     /// Whether `waker` wakes the current task, as one from [`waker`](Hook::waker) would (see
     /// [`is_current_waker`]). Only called when
     /// [`in_task`](Hook::in_task) is true. The default says no, which is always correct: the
@@ -458,8 +471,8 @@ impl WakeTrait for DriveWaker {
 /// A [`Waker`] that wakes the current task: the current coroutine inside a runtime, the current
 /// thread elsewhere.
 pub fn waker() -> Waker {
-    match task_hook() {
-        Some(hook) => hook.waker(),
+    match installed_hook().and_then(|hook| hook.try_waker()) {
+        Some(waker) => waker,
         None => thread_waker(),
     }
 }

@@ -771,10 +771,16 @@ impl Hook for WorkerCtx {
     }
 
     fn waker(&self) -> Waker {
-        match current_task() {
-            Some(task) => task.waker(),
-            None => Waker::noop().clone(),
-        }
+        self.try_waker().unwrap_or_else(|| Waker::noop().clone())
+    }
+
+    fn try_waker(&self) -> Option<Waker> {
+        // This worker's running task, read from `self` (no second thread-local lookup); one
+        // read answers `in_task` too.
+        let task = self.current.get();
+        // SAFETY: non-null only while `run_task` runs the task, with the handle alive on its
+        // stack; the caller is the running coroutine (the hook is this thread's).
+        (!task.is_null()).then(|| unsafe { (*task).clone() }.waker())
     }
 
     fn will_wake(&self, waker: &Waker) -> bool {
