@@ -296,6 +296,22 @@ impl<T> Inner<T> {
             .compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire)
     }
 
+    /// The message, if it is there and the state is as simple as it gets (sent, not taken,
+    /// not locked) and one compare-and-swap takes it; `None` leaves everything else to
+    /// [`try_take`](Self::try_take).
+    #[inline(always)]
+    fn take_sent(&self) -> Option<T> {
+        let s = self.state().load(Ordering::Acquire);
+        if s & (SENT | TAKEN | LOCKED) != SENT {
+            return None;
+        }
+        self.cas(s, s | TAKEN).ok()?;
+        // SAFETY: as in `try_take`: `SENT` (acquired) says the sender wrote the message, and
+        // our compare-and-swap set `TAKEN`, so no other receive reads it and the allocation's
+        // drop will not drop it.
+        Some(unsafe { self.msg().ptr_shared().read().assume_init() })
+    }
+
     /// The message if it is there (taking it); an error if there never will be one (the
     /// sender was dropped, or a receive took the message); `None`: not yet.
     fn try_take(&self) -> Option<Result<T, RecvError>> {
@@ -456,6 +472,13 @@ impl<T> Inner<T> {
         // real time far from the deadline).
         let mut timed_out = false;
         loop {
+            // The message is there (it came before the receive, or its send is what woke us):
+            // taken here, without the out-of-line step. Once the outcome is published the
+            // list is empty for good (design notes), so no registration is left to remove.
+            if let Some(msg) = self.take_sent() {
+                registration.token = None;
+                return Ok(msg);
+            }
             if let Some(outcome) = self.recv_step(&mut registration.token, deadline, timed_out) {
                 return outcome;
             }
