@@ -182,7 +182,23 @@ impl<T> RunNext<T> {
     /// its kind.
     #[inline]
     fn put(&self, task: T, kind: u8) -> Option<(T, u8)> {
-        let mut old_kind = self.kind.load(Ordering::Acquire);
+        let old_kind = self.kind.load(Ordering::Acquire);
+        if old_kind == EMPTY || old_kind == PINNED {
+            // No thief can enter: plain loads and stores (the common case, inlined alone).
+            let old = self.slot.with_mut(|slot| {
+                // SAFETY: we are the owner and the kind is `EMPTY` or `PINNED`, so no thief
+                // uses the slot.
+                unsafe { (*slot).replace(task) }
+            });
+            self.kind.store(kind, Ordering::Release);
+            return old.map(|task| (task, old_kind));
+        }
+        self.put_contended(task, kind, old_kind)
+    }
+
+    /// [`put`](Self::put) when the occupant may be stolen (a thief may hold or take it).
+    #[inline]
+    fn put_contended(&self, task: T, kind: u8, mut old_kind: u8) -> Option<(T, u8)> {
         let mut round = 0;
         loop {
             match old_kind {
