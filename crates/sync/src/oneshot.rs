@@ -98,10 +98,10 @@ pub fn channel<T>() -> (Sender<T>, Receiver<T>) {
         alive: Alive::default(),
         state: AtomicUsize::new(TX_ALIVE | RX_ALIVE),
         msg: DataCell::new(MaybeUninit::uninit()),
-        list: DataCell::new(WaitList {
+        list: DataCell::new(ManuallyDrop::new(WaitList {
             waiting: SmallDeque::new(),
             next_token: 0,
-        }),
+        })),
     });
     (
         Sender {
@@ -151,7 +151,9 @@ struct Inner<T> {
     /// sets `TAKEN`, or dropped with the allocation if nobody took it.
     msg: DataCell<MaybeUninit<T>>,
     /// Only reached while holding `LOCKED`.
-    list: DataCell<WaitList>,
+    /// Dropped by `Inner`'s drop only if it holds something: it is empty by then after every
+    /// exchange, and its drop glue is an out-of-line call that finds that out.
+    list: DataCell<ManuallyDrop<WaitList>>,
 }
 
 struct WaitList {
@@ -252,6 +254,11 @@ impl<T> Drop for Inner<T> {
             // took it (`TAKEN` clear); `&mut self` is exclusive.
             unsafe { self.msg.get_mut().assume_init_drop() };
         }
+        let list = self.list.get_mut();
+        if !list.waiting.holds_nothing() {
+            // SAFETY: dropped once, here, in the allocation's drop; never used again.
+            unsafe { ManuallyDrop::drop(list) };
+        }
     }
 }
 
@@ -272,7 +279,7 @@ impl<T> Inner<T> {
 
     /// The waiting list's cell (a use of the allocation: see `alive`).
     #[inline(always)]
-    fn list(&self) -> &DataCell<WaitList> {
+    fn list(&self) -> &DataCell<ManuallyDrop<WaitList>> {
         self.alive.touch();
         &self.list
     }
@@ -554,6 +561,7 @@ impl<T> Inner<T> {
         }
     }
 
+    #[inline(never)]
     fn abandon(&self, token: &mut Option<u64>) {
         if let Some(t) = token.take() {
             let stale =
@@ -570,8 +578,12 @@ struct Registration<'a, T> {
 }
 
 impl<T> Drop for Registration<'_, T> {
+    /// Inlined for the common case, nothing left to remove (a receive that got its message).
+    #[inline]
     fn drop(&mut self) {
-        self.inner.abandon(&mut self.token);
+        if self.token.is_some() {
+            self.inner.abandon(&mut self.token);
+        }
     }
 }
 

@@ -41,6 +41,12 @@ impl<T> SmallDeque<T> {
         self.first.is_none()
     }
 
+    /// Whether dropping it would drop nothing: empty, and no spill-over queue allocated.
+    #[inline]
+    pub(crate) fn holds_nothing(&self) -> bool {
+        self.first.is_none() && self.rest.is_none()
+    }
+
     #[inline]
     pub(crate) fn push_back(&mut self, value: T) {
         if self.first.is_none() {
