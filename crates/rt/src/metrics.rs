@@ -107,8 +107,9 @@ pub struct WorkerMetrics {
     pub queue_depth: usize,
     /// Idle coroutines this worker keeps to start its next tasks on, each with a stack of the
     /// runtime's pool (in use, as the pool counts): a task that ends leaves its coroutine
-    /// here instead of tearing it down. At most 64; given back to the pool when the worker
-    /// has been idle a while (with the pool's own excess) and when it stops.
+    /// here instead of tearing it down. While busy at most as many as the pool's thread cache
+    /// keeps stacks ([`PoolConfig::thread_cache`](spindle_stack::PoolConfig)); 64 once the
+    /// worker has been idle a second (with the pool's own excess); none once it stops.
     pub idle_carriers: usize,
 }
 
