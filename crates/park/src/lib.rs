@@ -130,7 +130,7 @@ pub trait Hook {
     fn waker(&self) -> Waker;
 
     /// [`waker`](Hook::waker) if the calling code runs in a task of this runtime (`Some`),
-    /// else `None` (the caller then takes the thread's waker): what [`waker`](crate::waker)
+    /// else `None` (the caller then takes the thread's waker): what [`crate::waker`]
     /// asks. The default asks [`in_task`](Hook::in_task), then takes the waker; a runtime may
     /// answer both with one call.
     #[inline]

@@ -708,9 +708,18 @@ where
     }
 
     /// Safety: as `TaskVtable::finished`; `header` is the header of a `TaskCell<T, F>`.
-    unsafe fn finished_raw(header: ptr::NonNull<Header>, slot: OutcomeSlot, carriers: &CarrierCache) {
+    unsafe fn finished_raw(
+        header: ptr::NonNull<Header>,
+        slot: OutcomeSlot,
+        carriers: &CarrierCache,
+    ) {
         // SAFETY: as for `run_raw`; the contract of `finished` is `carrier_finished`'s.
-        unsafe { header.cast::<Self>().as_ref().carrier_finished(slot, carriers) }
+        unsafe {
+            header
+                .cast::<Self>()
+                .as_ref()
+                .carrier_finished(slot, carriers)
+        }
     }
 
     /// Safety: as `TaskVtable::destroy`; `header` is the header of a `TaskCell<T, F>`.

@@ -139,7 +139,8 @@ impl WorkerCtx {
             return next;
         }
         let start = crate::spawn::take_task_id_block();
-        self.task_ids.set((start + 1, start + crate::spawn::TASK_ID_BLOCK));
+        self.task_ids
+            .set((start + 1, start + crate::spawn::TASK_ID_BLOCK));
         start
     }
 }
