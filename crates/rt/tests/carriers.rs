@@ -83,17 +83,21 @@ fn the_next_burst_reuses_the_idle_carriers() {
     assert_eq!(taken, 0, "{:?}", rt.metrics().stacks);
 }
 
-#[test]
-fn a_worker_keeps_no_more_carriers_than_its_pool_caches_stacks() {
-    let pool = spindle_stack::PoolConfig {
-        thread_cache: 8,
-        ..Default::default()
-    };
-    let rt = Runtime::builder()
+/// A runtime of one worker whose stack pool is `pool`.
+fn one_worker_with(pool: spindle_stack::PoolConfig) -> Runtime {
+    Runtime::builder()
         .workers(1)
         .stack_pool(pool)
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn a_worker_keeps_no_more_carriers_than_its_pool_caches_stacks() {
+    let rt = one_worker_with(spindle_stack::PoolConfig {
+        thread_cache: 8,
+        ..Default::default()
+    });
     rt.block_on(|| burst(100));
     let m = rt.metrics();
     assert_eq!(idle_carriers(&rt), 8, "{m:?}");
@@ -104,15 +108,10 @@ fn a_worker_keeps_no_more_carriers_than_its_pool_caches_stacks() {
 fn a_carrier_gives_its_stack_back_to_the_pool_every_trim_every_tasks() {
     // The pool trims a stack's deep pages when it recycles it; a carrier keeps its stack across
     // tasks, so it retires after `trim_every` of them and its stack is recycled.
-    let pool = spindle_stack::PoolConfig {
+    let rt = one_worker_with(spindle_stack::PoolConfig {
         trim_every: 4,
         ..Default::default()
-    };
-    let rt = Runtime::builder()
-        .workers(1)
-        .stack_pool(pool)
-        .build()
-        .unwrap();
+    });
     rt.block_on(|| spindle_rt::spawn(|| ()).join().unwrap());
     let before = rt.metrics().stacks.returned;
     rt.block_on(|| {

@@ -93,22 +93,27 @@ fn recurse(depth: usize) -> usize {
 /// `SIGABRT` (not a plain `SIGSEGV`, not a hang).
 #[test]
 fn stack_overflow_in_a_runtime_coroutine_prints_one_line_and_aborts() {
-    let out = run_child("child_stack_overflow");
+    assert_one_overflow_report(&run_child("child_stack_overflow"), "'deep-recursion'");
+}
+
+/// The child aborted (`SIGABRT`) after one `spindle:` line saying that the coroutine `named`
+/// overflowed its stack.
+fn assert_one_overflow_report(out: &Output, named: &str) {
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(
         out.status.signal(),
         Some(libc::SIGABRT),
         "{}",
-        describe(&out)
+        describe(out)
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<_> = stderr
         .lines()
         .filter(|l| l.starts_with("spindle:"))
         .collect();
-    assert_eq!(lines.len(), 1, "{}", describe(&out));
+    assert_eq!(lines.len(), 1, "{}", describe(out));
     assert!(lines[0].contains("overflowed"), "{}", lines[0]);
-    assert!(lines[0].contains("'deep-recursion'"), "{}", lines[0]);
+    assert!(lines[0].contains(named), "{}", lines[0]);
 }
 
 #[test]
@@ -132,22 +137,10 @@ fn child_stack_overflow() {
 /// carrier ran.
 #[test]
 fn stack_overflow_on_a_carrier_names_the_task_that_overflowed() {
-    let out = run_child("child_stack_overflow_on_a_carrier");
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGABRT),
-        "{}",
-        describe(&out)
+    assert_one_overflow_report(
+        &run_child("child_stack_overflow_on_a_carrier"),
+        "'second-on-the-carrier'",
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<_> = stderr
-        .lines()
-        .filter(|l| l.starts_with("spindle:"))
-        .collect();
-    assert_eq!(lines.len(), 1, "{}", describe(&out));
-    assert!(lines[0].contains("overflowed"), "{}", lines[0]);
-    assert!(lines[0].contains("'second-on-the-carrier'"), "{}", lines[0]);
 }
 
 #[test]
