@@ -775,7 +775,15 @@ where
         // resumes, which it does only for its next task, after this.
         let outcome = unsafe { (*slot.0.cast::<Option<Result<T, Failure>>>()).take() };
         // SAFETY: the caller holds the task and keeps no borrow of the carrier or the body.
-        unsafe { *self.body.get() = Body::Gone };
+        let body = unsafe { &mut *self.body.get() };
+        // A carried task's body is `Carried` (nothing to drop: the closure moved to the
+        // carrier); written over without its drop glue, an out-of-line call.
+        if matches!(body, Body::Carried) {
+            // SAFETY: a valid place for a `Body`, whose value needs no drop.
+            unsafe { ptr::write(body, Body::Gone) };
+        } else {
+            *body = Body::Gone;
+        }
         // SAFETY: as just said.
         if let Some(carrier) = unsafe { (*self.prefix.header.carrier.get()).take() } {
             // The task is live until `finish` says otherwise: its runtime is there.

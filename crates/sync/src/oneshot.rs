@@ -247,6 +247,7 @@ fn allocate<T>(inner: Inner<T>) -> NonNull<Inner<T>> {
 }
 
 impl<T> Drop for Inner<T> {
+    #[inline]
     fn drop(&mut self) {
         let s = self.state.load(Ordering::Acquire);
         if s & SENT != 0 && s & TAKEN == 0 {
