@@ -243,6 +243,46 @@ fn lazy_spawn_fails_at_join(expect_in_message: &str) {
     );
 }
 
+/// Plain spawns (the runtime's default stack: each task starts on a carrier of its worker)
+/// that wait on `release`, until one gets no carrier — none idle, and no stack to make one
+/// on: its join says why (`expect_in_message`), and its closure never ran. Returns the
+/// waiting ones.
+fn plain_spawn_fails_at_join(
+    expect_in_message: &str,
+    release: &Arc<AtomicBool>,
+) -> Vec<spindle_rt::JoinHandle<()>> {
+    let mut waiting = Vec::new();
+    loop {
+        let ran = Arc::new(AtomicBool::new(false));
+        let (r, release) = (ran.clone(), release.clone());
+        let h = spindle_rt::spawn(move || {
+            r.store(true, Ordering::Relaxed);
+            while !release.load(Ordering::Relaxed) {
+                spindle_rt::sleep(Duration::from_millis(1));
+            }
+        });
+        // Time to start (or to fail to).
+        spindle_rt::sleep(Duration::from_millis(2));
+        if !h.is_finished() {
+            waiting.push(h);
+            assert!(waiting.len() < 2000, "a carrier was always had");
+            continue;
+        }
+        match h.join() {
+            Err(JoinError::NoStack(e)) => {
+                let msg = e.to_string();
+                assert!(msg.contains(expect_in_message), "{msg}");
+            }
+            other => panic!("expected JoinError::NoStack, got {other:?}"),
+        }
+        assert!(
+            !ran.load(Ordering::Relaxed),
+            "the closure ran without a carrier"
+        );
+        return waiting;
+    }
+}
+
 /// `RLIMIT_AS` reached: `Builder::spawn` returns an error that names the limit and what to
 /// do; the coroutines already running go on and finish; once memory is free, spawning works
 /// again.
@@ -275,15 +315,24 @@ fn child_spawn_enomem() {
         assert!(msg.contains("RLIMIT_AS"), "{msg}");
         assert!(msg.contains("ulimit -v"), "{msg}");
         lazy_spawn_fails_at_join("RLIMIT_AS");
+        let waiting = plain_spawn_fails_at_join("RLIMIT_AS", &release);
+        println!(
+            "a plain spawn got no carrier after {} waiting",
+            waiting.len()
+        );
         for (i, k) in keepers.into_iter().enumerate() {
             assert_eq!(k.join().unwrap(), i, "a running coroutine did not finish");
         }
         release.store(true, Ordering::Relaxed);
         let n = hogs.len();
         hogs.into_iter().for_each(|h| h.join().unwrap());
+        waiting.into_iter().for_each(|h| h.join().unwrap());
         assert!(n > 0);
         // Freed: spawning works again.
         spawn_one_growable().expect("spawning recovers");
+        spindle_rt::spawn(|| ())
+            .join()
+            .expect("plain spawns recover");
     });
     println!("CHILD OK");
 }
