@@ -57,12 +57,16 @@ pub struct RoundRobin<T> {
 }
 
 /// One worker's queue: private part and inbox (see [`RoundRobin`]).
+///
+/// The inbox sits on cache lines of its own: other workers push to it (every other spawn, on
+/// two workers), and on the owner's lines each of those pushes made the owner's next push or
+/// pop miss.
 struct WorkerQueue<T> {
     local: OwnerCell<Ring<T>>,
     /// `local`'s length, stored by the owner after every change: `has_work` and `stats` read
     /// it from any thread (the owner's own `has_work` sees its own stores).
     local_len: AtomicUsize,
-    inbox: Mpsc<T>,
+    inbox: Padded<Mpsc<T>>,
 }
 
 impl<T> WorkerQueue<T> {
@@ -70,7 +74,7 @@ impl<T> WorkerQueue<T> {
         WorkerQueue {
             local: OwnerCell::new(Ring::new()),
             local_len: AtomicUsize::new(0),
-            inbox: Mpsc::new(),
+            inbox: Padded(Mpsc::new()),
         }
     }
 
