@@ -229,18 +229,22 @@ fn lazy_spawn_fails_at_join(expect_in_message: &str) {
         .stack(BIG_GROWABLE)
         .spawn(move || r.store(true, Ordering::Relaxed))
         .expect("the spawn itself succeeds: the stack is taken at the first run");
-    match h.join() {
-        Err(JoinError::NoStack(e)) => {
-            let msg = e.to_string();
-            assert!(msg.contains(expect_in_message), "{msg}");
-        }
-        Err(e) => panic!("expected JoinError::NoStack, got {e:?}"),
-        Ok(()) => panic!("a stack was had after all"),
-    }
+    assert_no_stack(h.join(), expect_in_message);
     assert!(
         !ran.load(Ordering::Relaxed),
         "the closure ran without a stack"
     );
+}
+
+/// A join that failed for want of a stack, with a message that says `expect_in_message`.
+fn assert_no_stack(joined: Result<(), JoinError>, expect_in_message: &str) {
+    match joined {
+        Err(JoinError::NoStack(e)) => {
+            let msg = e.to_string();
+            assert!(msg.contains(expect_in_message), "{msg}");
+        }
+        other => panic!("expected JoinError::NoStack, got {other:?}"),
+    }
 }
 
 /// Plain spawns (the runtime's default stack: each task starts on a carrier of its worker)
@@ -268,13 +272,7 @@ fn plain_spawn_fails_at_join(
             assert!(waiting.len() < 2000, "a carrier was always had");
             continue;
         }
-        match h.join() {
-            Err(JoinError::NoStack(e)) => {
-                let msg = e.to_string();
-                assert!(msg.contains(expect_in_message), "{msg}");
-            }
-            other => panic!("expected JoinError::NoStack, got {other:?}"),
-        }
+        assert_no_stack(h.join(), expect_in_message);
         assert!(
             !ran.load(Ordering::Relaxed),
             "the closure ran without a carrier"
