@@ -139,6 +139,21 @@ impl Placement for Boxed {
 /// See the [crate docs](crate) for an example and the guarantees: panics cross back to the
 /// resumer, dropping unwinds the coroutine's stack, `mem::forget` only leaks, and a coroutine
 /// stays on its thread.
+///
+/// # Thread exit
+///
+/// A suspended coroutine may hold a reference into a thread-local across its suspension
+/// (`KEY.with(|v| { yielder.suspend(()); v.get() })`). Thread-locals are destroyed when their
+/// thread exits, so **once a thread has begun destroying its thread-locals, no coroutine runs
+/// on it again**: [`try_resume`](Coroutine::try_resume) returns
+/// [`ResumeErrorKind::ThreadExiting`] (and [`resume`](Coroutine::resume) panics with it), and
+/// dropping a started, unfinished coroutine leaks its stack with its frames, as `mem::forget`
+/// would, instead of unwinding them. A coroutine kept in a `thread_local!` is dropped exactly
+/// then: drop it before the thread ends if its destructors must run. A coroutine that never
+/// started is dropped as usual (its closure holds no borrow).
+///
+/// On Linux with glibc this holds for every thread-local; on other targets, for those first
+/// used before the thread's first resume (see the crate docs).
 pub struct Coroutine<Input, Yield, Return, S: Stack = DefaultStack> {
     /// Dropped by hand: after the coroutine's frames are gone, or never if they cannot be
     /// unwound (then it leaks, like `mem::forget`).
@@ -179,6 +194,10 @@ pub enum ResumeErrorKind {
     /// [`Stack::before_resume`]): the save buffer of the region's occupant could not be
     /// allocated, or the region is in use by a running coroutine.
     Stack(StackError),
+    /// The thread has begun destroying its thread-locals (it is exiting): no coroutine runs
+    /// on it any more, since a suspended one may hold a reference into a thread-local that is
+    /// already gone. See [`Coroutine`]'s section on thread exit.
+    ThreadExiting,
 }
 
 impl<Input> fmt::Debug for ResumeError<Input> {
@@ -196,6 +215,10 @@ impl<Input> fmt::Display for ResumeError<Input> {
                 "cannot resume a coroutine that has finished (check `is_finished()` first)",
             ),
             ResumeErrorKind::Stack(e) => write!(f, "cannot resume the coroutine: {e}"),
+            ResumeErrorKind::ThreadExiting => f.write_str(
+                "cannot resume a coroutine while its thread destroys its thread-locals (the \
+                 thread is exiting); the coroutine is left as it is and leaked when dropped",
+            ),
         }
     }
 }
@@ -340,6 +363,12 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
         input: Input,
     ) -> Result<CoroutineResult<Yield, Return>, ResumeError<Input>> {
         prepare_resuming_thread();
+        if crate::thread_exit::thread_is_exiting() {
+            return Err(ResumeError {
+                kind: ResumeErrorKind::ThreadExiting,
+                input,
+            });
+        }
         if S::COPYING {
             // SAFETY: we are on the thread that owns the stack (the coroutine is !Send), in the
             // resumer, not on the region (a coroutine running on it would be its occupant and
@@ -552,6 +581,7 @@ fn prepare_resuming_thread() {
     // Without an alternate signal stack an overflow still dies, as a bare SIGSEGV instead of
     // the message (and a growable stack cannot grow); not worth refusing the resume for.
     let _ = spindle_stack::prepare_thread();
+    crate::thread_exit::watch_thread_exit();
 }
 
 impl<Input, Yield, Return, S: Stack> Drop for Coroutine<Input, Yield, Return, S> {
@@ -564,7 +594,9 @@ impl<Input, Yield, Return, S: Stack> Drop for Coroutine<Input, Yield, Return, S>
                 }
             }
             State::NotStarted | State::Suspended => {
-                if !self.force_unwind() {
+                // Its frames may hold references into thread-locals that the exiting thread
+                // has destroyed: they must not run again. Leak them with the stack.
+                if crate::thread_exit::thread_is_exiting() || !self.force_unwind() {
                     // Its frames could not be unwound: leak the stack with them, exactly as
                     // `mem::forget` would (freeing it could break pinned values on it).
                     return;

@@ -48,6 +48,14 @@
 //!   let co = spindle_coro::Coroutine::new(|_: &spindle_coro::Yielder<(), ()>, ()| {}).unwrap();
 //!   needs_send(co); // error: `*mut ()` cannot be sent between threads safely
 //!   ```
+//! * **Nothing runs while the thread exits.** Once a thread has begun destroying its
+//!   thread-locals, no coroutine runs on it: a resume is refused
+//!   ([`ResumeErrorKind::ThreadExiting`]) and a started coroutine that is dropped is leaked, not
+//!   unwound — its frames may hold references into thread-locals already destroyed. On Linux
+//!   with glibc (dynamically linked) this crate defines `__cxa_thread_atexit_impl`, forwarding
+//!   to glibc's, to see the first thread-local destructor start; elsewhere it sees the exit of
+//!   the thread-locals first used before the thread's first resume. See
+//!   [`Coroutine`](Coroutine#thread-exit).
 //! * **Nesting.** A coroutine can create and resume others; each runs on its own stack, so no
 //!   chain of resumes grows any stack but the coroutines' own.
 //! * **Backtraces** captured inside a coroutine show its frames and then the resumer's (on the
@@ -111,6 +119,7 @@ mod exchange;
 mod generator;
 mod id;
 mod sanitizer;
+mod thread_exit;
 mod yielder;
 
 pub use coroutine::{

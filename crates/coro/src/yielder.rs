@@ -53,6 +53,12 @@ impl<Input, Yield> Yielder<Input, Yield> {
     /// [`Builder::allow_suspend_while_unwinding`](crate::Builder::allow_suspend_while_unwinding)
     /// allows it); see the [documented aborts](crate#documented-aborts).
     ///
+    /// A reference into a thread-local may be held across this call. If the thread exits while
+    /// the coroutine is suspended here, the coroutine never runs again: once the thread has
+    /// begun destroying its thread-locals, a resume is refused and a drop leaks the coroutine
+    /// instead of unwinding this call (see [`Coroutine`'s thread exit
+    /// rules](crate::Coroutine#thread-exit)).
+    ///
     /// [`CoroutineResult::Yield`]: crate::CoroutineResult::Yield
     #[inline]
     pub fn suspend(&self, value: Yield) -> Input {

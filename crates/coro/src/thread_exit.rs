@@ -1,0 +1,156 @@
+//! Knowing when a thread has begun destroying its thread-locals.
+//!
+//! A suspended coroutine may hold a reference into a thread-local across its suspension
+//! (`SOME_TLS.with(|v| { yielder.suspend(()); use(v) })`). Thread-locals are destroyed only at
+//! thread exit, in the reverse order of their first use; a coroutine that is dropped (its
+//! forced unwind runs its destructors) or resumed from a later thread-local's destructor could
+//! then touch a value that is already gone. So the rule is: **once a thread has begun
+//! destroying its thread-locals, no coroutine code runs on it** — `try_resume` refuses
+//! ([`ResumeErrorKind::ThreadExiting`](crate::ResumeErrorKind::ThreadExiting)) and `Drop`
+//! leaks the coroutine's stack with its frames, exactly as `mem::forget` would.
+//!
+//! Knowing that the destruction has begun is the hard part: the first destructor to run is the
+//! one registered last, so no flag set by a destructor of ours registered at some earlier
+//! point can be trusted to be set first.
+//!
+//! * On Linux with glibc (dynamically linked), Rust's std registers each thread-local's
+//!   destructor with `__cxa_thread_atexit_impl`, through a weak symbol. This crate defines that
+//!   symbol (so std, linked into the same executable, calls ours) and forwards to glibc's,
+//!   registering with each destructor a *mark* right after it. glibc runs the list last-in
+//!   first-out, so each destructor's mark runs immediately before it, and the flag is set before
+//!   the first thread-local destructor of the thread runs, whatever the order of registration.
+//!   glibc's own implementation is reached with `dlsym(RTLD_NEXT, …)`.
+//! * Elsewhere (other C libraries, static glibc, macOS, Windows), a thread-local of this crate
+//!   whose destructor sets the flag is first used at the thread's first resume. That covers the
+//!   thread-locals first used before it, not those first used later: there a reference into a
+//!   thread-local held across a suspension while the thread exits stays the caller's
+//!   responsibility (see the crate docs).
+//!
+//! The rejected alternatives: scanning the call stack for glibc's destructor loop at each drop
+//! (complete for drops, but a resume cannot pay for it), and refusing only coroutines whose
+//! stacks hold such a reference (not knowable).
+
+use std::cell::Cell;
+
+thread_local! {
+    /// Set once this thread has begun destroying its thread-locals. No destructor: readable at
+    /// any point of the thread's exit.
+    static EXITING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread has begun destroying its thread-locals (see the module docs).
+#[inline]
+pub(crate) fn thread_is_exiting() -> bool {
+    EXITING.with(Cell::get)
+}
+
+/// Makes sure the thread's exit will be noticed: a no-op where every thread-local destructor
+/// is marked (glibc); elsewhere the first call on a thread registers the sentinel.
+#[inline]
+pub(crate) fn watch_thread_exit() {
+    #[cfg(not(all(
+        target_os = "linux",
+        target_env = "gnu",
+        not(target_feature = "crt-static"),
+        not(miri)
+    )))]
+    sentinel::watch();
+}
+
+#[cfg(not(all(
+    target_os = "linux",
+    target_env = "gnu",
+    not(target_feature = "crt-static"),
+    not(miri)
+)))]
+mod sentinel {
+    use std::cell::Cell;
+
+    /// Its destructor sets the flag.
+    struct Sentinel;
+
+    impl Drop for Sentinel {
+        fn drop(&mut self) {
+            super::EXITING.with(|e| e.set(true));
+        }
+    }
+
+    thread_local! {
+        static SENTINEL: Sentinel = const { Sentinel };
+        static WATCHING: Cell<bool> = const { Cell::new(false) };
+    }
+
+    #[inline]
+    pub(super) fn watch() {
+        if !WATCHING.with(Cell::get) {
+            WATCHING.with(|w| w.set(true));
+            // First use registers its destructor; after destruction it fails, which is fine.
+            let _ = SENTINEL.try_with(|_| ());
+        }
+    }
+}
+
+#[cfg(all(
+    target_os = "linux",
+    target_env = "gnu",
+    not(target_feature = "crt-static"),
+    not(miri)
+))]
+mod marks {
+    use std::ffi::{c_int, c_void};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    type Dtor = unsafe extern "C" fn(*mut c_void);
+    type AtexitImpl = unsafe extern "C" fn(Dtor, *mut c_void, *mut c_void) -> c_int;
+
+    /// glibc's `__cxa_thread_atexit_impl`: 0 not looked up yet, 1 not found.
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+
+    fn real() -> Option<AtexitImpl> {
+        let mut found = REAL.load(Ordering::Acquire);
+        if found == 0 {
+            // SAFETY: a NUL-terminated name; RTLD_NEXT from this object finds the next
+            // definition, glibc's (this one is in the executable or a library before libc).
+            let sym = unsafe { libc::dlsym(libc::RTLD_NEXT, c"__cxa_thread_atexit_impl".as_ptr()) };
+            found = if sym.is_null() { 1 } else { sym as usize };
+            REAL.store(found, Ordering::Release);
+        }
+        // SAFETY: a non-sentinel value is the address of glibc's function, which has this
+        // signature (glibc's `cxa_thread_atexit_impl.c`).
+        (found > 1).then(|| unsafe { std::mem::transmute::<usize, AtexitImpl>(found) })
+    }
+
+    /// Runs right before the thread-local destructor registered just before it.
+    unsafe extern "C" fn mark(_: *mut c_void) {
+        super::EXITING.with(|e| e.set(true));
+    }
+
+    /// The definition that std (and C++ runtimes linked into this executable) call to register
+    /// a thread-local's destructor: glibc's, with a mark registered after each destructor (see
+    /// the module docs). Returns glibc's answer, or -1 if glibc has none (older than 2.18;
+    /// the destructor then never runs, as a leak).
+    ///
+    /// # Safety
+    ///
+    /// As glibc's: `dtor` may be called once with `obj` at thread exit; `dso` is an address
+    /// inside the calling object (its `__dso_handle`).
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn __cxa_thread_atexit_impl(
+        dtor: Dtor,
+        obj: *mut c_void,
+        dso: *mut c_void,
+    ) -> c_int {
+        let Some(real) = real() else {
+            return -1;
+        };
+        // SAFETY: forwarded contract.
+        let registered = unsafe { real(dtor, obj, dso) };
+        if registered == 0 {
+            // SAFETY: `mark` ignores its argument and only sets a const-initialised
+            // thread-local without destructor; it lives in the same object as this function,
+            // which `dso` keeps loaded as long as the caller's.
+            let _ = unsafe { real(mark, std::ptr::null_mut(), dso) };
+        }
+        registered
+    }
+}
