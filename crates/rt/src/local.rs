@@ -171,6 +171,15 @@ impl<T: 'static> LocalKey<T> {
     pub fn with<R>(&'static self, f: impl FnOnce(&T) -> R) -> R {
         match worker::current_task_header() {
             Some(header) => {
+                // The coroutine's locals are dropped for good once its yielder is cleared (at
+                // its very end, after every user value of it is dropped): none is made after.
+                assert!(
+                    !header
+                        .yielder
+                        .load(std::sync::atomic::Ordering::Acquire)
+                        .is_null(),
+                    "a coroutine-local was used after the coroutine's locals were dropped for good"
+                );
                 let key = self as *const Self as usize;
                 // SAFETY: a coroutine's locals are touched only by that coroutine while it runs,
                 // and this function holds no reference into them. The value is boxed, so the

@@ -1121,20 +1121,50 @@ where
         // The body is over: a cancel that comes now is too late to act on (the result stands),
         // and a coroutine-local's destructor that parks must not unwind.
         header.hold_off_cancel_for_good();
-        // Coroutine-locals die with the coroutine, on its stack, before it finishes.
-        // SAFETY: the running coroutine's own locals; nothing borrows them now.
-        let dropped = unsafe { crate::local::Locals::clear(header.locals.get()) };
-        header.yielder.store(ptr::null_mut(), Ordering::Release);
-        match outcome {
-            Ok(value) => match dropped {
-                Ok(()) => Ok(value),
-                Err(payload) => Err(Failure::Panicked(payload)),
-            },
+        let mut outcome = match outcome {
+            Ok(value) => Ok(value),
             Err(payload) => match CancelUnwind::spent(payload) {
                 Ok(()) => Err(Failure::Cancelled),
                 Err(payload) => Err(Failure::Panicked(payload)),
             },
+        };
+        // Coroutine-locals die with the coroutine, on its stack, before it finishes; so do the
+        // user values that will not be handed out (a return value displaced by a local's
+        // panicking destructor, a second panic's payload): their destructors may park, or use
+        // coroutine-locals, which only a coroutine that can still suspend allows. A destructor
+        // may make locals again, so this goes on until none are left.
+        loop {
+            // SAFETY: the running coroutine's own locals; nothing borrows them now.
+            if let Err(payload) = unsafe { crate::local::Locals::clear(header.locals.get()) } {
+                match &mut outcome {
+                    Ok(_) => {
+                        let displaced =
+                            std::mem::replace(&mut outcome, Err(Failure::Panicked(payload)));
+                        drop_in_coroutine(displaced);
+                    }
+                    Err(_) => drop_in_coroutine(payload),
+                }
+            }
+            // SAFETY: as above.
+            if unsafe { &*header.locals.get() }.is_unused() {
+                break;
+            }
         }
+        // From here on the coroutine cannot suspend, and coroutine-locals are refused (see
+        // `LocalKey::with`); no user code of this coroutine runs any more.
+        header.yielder.store(ptr::null_mut(), Ordering::Release);
+        outcome
+    }
+}
+
+/// Drops a user value inside the finishing coroutine; a panic from its destructor is dropped
+/// the same way, and a panic from that one's is leaked (its payload forgotten): the coroutine's
+/// outcome is already decided.
+fn drop_in_coroutine<V>(value: V) {
+    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(value)))
+        && let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(payload)))
+    {
+        std::mem::forget(again);
     }
 }
 

@@ -899,7 +899,9 @@ fn park_current(header: *const Header, deadline: Option<Instant>) -> Wake {
     header
         .park_seq
         .store(seq.wrapping_add(1), Ordering::Release);
-    suspend_current(header, Suspend::Park(deadline));
+    if !suspend_current(header, Suspend::Park(deadline)) {
+        return Wake::Woken;
+    }
     // Resumed — possibly on another worker if the task is migratable: use no worker state
     // from before the switch. The timer is cancelled wherever it lives: on another worker, by
     // that worker (the cold path, migratable tasks only).
@@ -924,12 +926,18 @@ fn park_current(header: *const Header, deadline: Option<Instant>) -> Wake {
     wake
 }
 
-/// Switches from the running coroutine back to its worker with `why`.
+/// Switches from the running coroutine back to its worker with `why`. Returns false, without
+/// switching, if the coroutine can no longer suspend: its body is over (the yielder is
+/// cleared once its last user value is dropped, so no user code should get here; a park then
+/// returns at once, as a spurious wake-up).
 #[inline]
-pub(crate) fn suspend_current(header: &Header, why: Suspend) {
+pub(crate) fn suspend_current(header: &Header, why: Suspend) -> bool {
     let yielder = header.yielder.load(Ordering::Acquire);
-    debug_assert!(!yielder.is_null());
+    if yielder.is_null() {
+        return false;
+    }
     // SAFETY: the yielder lives on the running coroutine's stack (set at its start, cleared at
     // its end), and we are that coroutine.
     unsafe { (*yielder).suspend(why) };
+    true
 }

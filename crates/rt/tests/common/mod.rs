@@ -89,3 +89,76 @@ pub fn within<T: Send + 'static>(
         }
     }
 }
+
+/// What a child test process did: its exit status (`None`: killed by the watchdog after
+/// `limit`), and its stdout and stderr.
+pub struct ChildRun {
+    pub status: Option<std::process::ExitStatus>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl ChildRun {
+    /// It exited successfully and printed `CHILD OK`.
+    pub fn ok(&self) -> bool {
+        self.status.is_some_and(|s| s.success()) && self.stdout.contains("CHILD OK")
+    }
+}
+
+impl std::fmt::Display for ChildRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.status {
+            Some(s) => write!(f, "status {s}")?,
+            None => f.write_str("hung: killed by the watchdog")?,
+        }
+        write!(f, "\nstdout:\n{}\nstderr:\n{}", self.stdout, self.stderr)
+    }
+}
+
+/// Runs the ignored test `child` of this test binary in a child process (it should print
+/// `CHILD OK` at its end), killing it if it runs past `limit`.
+pub fn run_child_with_watchdog(child: &str, limit: Duration) -> ChildRun {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let mut proc = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            child,
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = proc.stdout.take().unwrap();
+    let mut err = proc.stderr.take().unwrap();
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = proc.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = proc.kill();
+            let _ = proc.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    ChildRun {
+        status,
+        stdout: out_reader.join().unwrap(),
+        stderr: err_reader.join().unwrap(),
+    }
+}

@@ -1,0 +1,159 @@
+//! What a task drops as it ends, and where.
+//!
+//! * Values of the task that will not be handed out — its return value when a
+//!   coroutine-local's destructor panicked, a second panic's payload when the closure had
+//!   panicked too — are dropped inside the coroutine while it can still park: a destructor that
+//!   sleeps, locks or yields parks the coroutine (it used to find no yielder: a null
+//!   dereference in release builds, a failed assertion and a hung runtime in debug builds).
+//! * A coroutine-local that such a destructor touches after the locals were cleared is made
+//!   and dropped again in the coroutine, on its worker, before the join sees the result (it
+//!   used to outlive the clear and be freed on whichever thread dropped the task).
+//!
+//! The cases that used to crash or hang run in child processes with a watchdog.
+
+mod common;
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::ThreadId;
+use std::time::Duration;
+
+use common::run_child_with_watchdog;
+use spindle_rt::{JoinError, Runtime};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+static PARKED_IN_DROP: AtomicBool = AtomicBool::new(false);
+
+/// A value whose destructor parks its coroutine (sleeps), then records that it did.
+struct ParksOnDrop;
+
+impl Drop for ParksOnDrop {
+    fn drop(&mut self) {
+        spindle_rt::sleep(Duration::from_millis(2));
+        spindle_rt::yield_now();
+        PARKED_IN_DROP.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A coroutine-local whose destructor panics, with `payload` chosen by the test.
+struct PanicsOnDrop(fn() -> Box<dyn std::any::Any + Send>);
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        std::panic::resume_unwind((self.0)());
+    }
+}
+
+spindle_rt::coroutine_local! {
+    static PANICS_WITH_TEXT: PanicsOnDrop = PanicsOnDrop(|| Box::new("local's destructor"));
+    static PANICS_WITH_PARKER: PanicsOnDrop = PanicsOnDrop(|| Box::new(ParksOnDrop));
+}
+
+fn one_worker() -> Runtime {
+    Runtime::builder().workers(1).build().unwrap()
+}
+
+#[test]
+#[ignore = "child process of a_displaced_return_value_may_park_in_its_destructor"]
+fn child_displaced_return_value_parks() {
+    let rt = one_worker();
+    let joined = rt.block_on(|| {
+        spindle_rt::spawn(|| {
+            PANICS_WITH_TEXT.with(|_| ());
+            ParksOnDrop
+        })
+        .join()
+    });
+    let Err(JoinError::Panicked(payload)) = joined else {
+        panic!("the local's panic is the task's outcome")
+    };
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"local's destructor"));
+    assert!(PARKED_IN_DROP.load(Ordering::SeqCst));
+    println!("CHILD OK");
+}
+
+#[test]
+fn a_displaced_return_value_may_park_in_its_destructor() {
+    let run = run_child_with_watchdog("child_displaced_return_value_parks", LIMIT);
+    assert!(run.ok(), "{run}");
+}
+
+#[test]
+#[ignore = "child process of a_second_panic_payload_may_park_in_its_destructor"]
+fn child_second_panic_payload_parks() {
+    let rt = one_worker();
+    let joined = rt.block_on(|| {
+        spindle_rt::spawn(|| {
+            PANICS_WITH_PARKER.with(|_| ());
+            panic!("the closure's panic");
+        })
+        .join()
+    });
+    let Err(JoinError::Panicked(payload)) = joined else {
+        panic!("the closure's panic is the task's outcome")
+    };
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"the closure's panic"));
+    assert!(PARKED_IN_DROP.load(Ordering::SeqCst));
+    println!("CHILD OK");
+}
+
+#[test]
+fn a_second_panic_payload_may_park_in_its_destructor() {
+    let run = run_child_with_watchdog("child_second_panic_payload_parks", LIMIT);
+    assert!(run.ok(), "{run}");
+}
+
+/// Where `ThreadBound` values were dropped.
+static DROPPED_ON: Mutex<Vec<ThreadId>> = Mutex::new(Vec::new());
+
+/// A coroutine-local that must die on the thread that made it (`!Send`).
+struct ThreadBound {
+    made_on: ThreadId,
+    _not_send: std::marker::PhantomData<*mut ()>,
+}
+
+impl Drop for ThreadBound {
+    fn drop(&mut self) {
+        assert_eq!(std::thread::current().id(), self.made_on);
+        DROPPED_ON.lock().unwrap().push(self.made_on);
+    }
+}
+
+spindle_rt::coroutine_local! {
+    static BOUND: ThreadBound = ThreadBound {
+        made_on: std::thread::current().id(),
+        _not_send: std::marker::PhantomData,
+    };
+}
+
+/// Returned by the task: displaced by the local's panic, it is dropped at the task's end and
+/// touches `BOUND` after the locals were cleared.
+struct TouchesLocalOnDrop;
+
+impl Drop for TouchesLocalOnDrop {
+    fn drop(&mut self) {
+        BOUND.with(|_| ());
+    }
+}
+
+#[test]
+fn a_local_made_again_at_the_end_dies_in_the_coroutine_on_its_worker() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let worker = std::sync::Arc::new(Mutex::new(None));
+    let seen = worker.clone();
+    let handle = rt.spawn(move || {
+        *seen.lock().unwrap() = Some(std::thread::current().id());
+        PANICS_WITH_TEXT.with(|_| ());
+        TouchesLocalOnDrop
+    });
+    // Joined from this thread, not a worker: the task's last reference may be dropped here.
+    assert!(matches!(handle.join(), Err(JoinError::Panicked(_))));
+    let worker = worker.lock().unwrap().expect("the task ran");
+    assert_eq!(
+        *DROPPED_ON.lock().unwrap(),
+        vec![worker],
+        "the local made by the displaced value's destructor was dropped once, in the coroutine"
+    );
+    drop(rt);
+}
