@@ -100,6 +100,9 @@ impl From<Failure> for JoinError {
             Failure::Panicked(p) => JoinError::Panicked(p),
             Failure::Cancelled => JoinError::Cancelled,
             Failure::NoStack(e) => JoinError::NoStack(e),
+            // Only made for a task whose handle is gone: no join reads it. Were one to, the
+            // value is gone as if the task had been cancelled at its end.
+            Failure::ValueDropped => JoinError::Cancelled,
         }
     }
 }

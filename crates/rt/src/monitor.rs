@@ -267,11 +267,20 @@ fn sleep_while_workers_sleep(shared: &Shared, stop: &AtomicBool) -> bool {
     true
 }
 
+/// The "running task" a worker shows while it runs code of its own that may block: the last
+/// resort of a cleanup (see `worker::in_cleanup_coroutine`). No task has this id.
+pub(crate) const WORKER_ITSELF: u64 = u64::MAX;
+
 fn report(shared: &Shared, worker: usize, task: u64, for_how_long: Duration) {
-    let name = shared.task_name(task);
-    let who = match name {
-        Some(name) => format!("coroutine '{name}' (#{task})"),
-        None => format!("coroutine #{task}"),
+    let who = if task == WORKER_ITSELF {
+        "the worker's own code (a value's destructor or a waker run where no cleanup coroutine \
+         could be had)"
+            .to_string()
+    } else {
+        match shared.task_name(task) {
+            Some(name) => format!("coroutine '{name}' (#{task})"),
+            None => format!("coroutine #{task}"),
+        }
     };
     eprintln!(
         "spindle: {who} has kept worker {worker} for {} ms without suspending; long CPU work \

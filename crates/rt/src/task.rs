@@ -60,6 +60,10 @@ pub(crate) enum Failure {
     Cancelled,
     /// No stack could be had when the coroutine was to start.
     NoStack(std::io::Error),
+    /// The coroutine returned after its handle was dropped: it dropped its value itself, as
+    /// its last act (nobody reads this: a handle that is gone reads nothing, and a scope reads
+    /// only panics).
+    ValueDropped,
 }
 
 /// The payload of the unwind that cancels a coroutine. Private: user code sees only "not mine".
@@ -964,7 +968,7 @@ unsafe fn start_on(
     }
 }
 
-impl<T> TaskPrefix<T> {
+impl<T: Send + 'static> TaskPrefix<T> {
     /// Publishes the outcome and wakes the joiner. `here`: the worker running this (of the
     /// task's runtime: tasks run only on their own runtime's workers).
     #[inline(always)]
@@ -1009,17 +1013,16 @@ impl<T> TaskPrefix<T> {
         };
         let after = self.join.after_complete(&self.header.state, before);
         if let Some(value) = after.unwanted {
-            // The value of a detached coroutine, dropped now: left in the task until its last
-            // reference went, a value that held the coroutine's own waker (a channel's kept
-            // packet) kept the task, and so itself, alive for good. This runs on the worker's
-            // own stack with the finished task still its current one, so the destructor runs as
-            // the worker's own code (a park there parks the thread: it must not take itself for
-            // the finished coroutine and switch stacks from the wrong one); a panic in it has
-            // been reported by the panic hook, as a detached coroutine's own panic is, and must
-            // not unwind the worker.
-            crate::worker::outside_coroutine(|| {
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(value)));
-            });
+            // The value of a coroutine whose handle was dropped after the coroutine's own look
+            // (see `coroutine_body`), dropped now: left in the task until its last reference
+            // went, a value that held the coroutine's own waker (a channel's kept packet) kept
+            // the task, and so itself, alive for good. Dropped in a cleanup coroutine, where its
+            // destructor may park (see `in_cleanup_coroutine`).
+            let task = self.header.id;
+            crate::worker::in_cleanup_coroutine(
+                || format!("spindle-rt cleanup: the unread value of task #{task}"),
+                move || drop(value),
+            );
         }
         if let Some(w) = after.waiter {
             wake_as_worker(w);
@@ -1048,9 +1051,10 @@ fn wake_as_worker(waker: Waker) {
 #[cold]
 #[inline(never)]
 fn wake_foreign(waker: Waker) {
-    crate::worker::outside_coroutine(|| {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake()));
-    });
+    crate::worker::in_cleanup_coroutine(
+        || "spindle-rt cleanup: a foreign waker's wake-up".to_string(),
+        move || waker.wake(),
+    );
 }
 
 /// A task whose result type is known: what a `JoinHandle` and a scope hold. Made only by
@@ -1128,6 +1132,18 @@ where
                 Err(payload) => Err(Failure::Panicked(payload)),
             },
         };
+        // A value nobody will read (its handle was dropped) is dropped here, in the coroutine,
+        // where its destructor may park: dropped by the worker as its own code it could park
+        // the worker's thread for good (a lock held by another coroutine of that worker). A
+        // handle dropped after this look leaves the value to `finish`, which drops it in a
+        // cleanup coroutine.
+        if std::mem::needs_drop::<T>()
+            && outcome.is_ok()
+            && header.state.load() & State::DETACHED != 0
+            && let Ok(value) = std::mem::replace(&mut outcome, Err(Failure::ValueDropped))
+        {
+            drop_in_coroutine(value);
+        }
         // Coroutine-locals die with the coroutine, on its stack, before it finishes; so do the
         // user values that will not be handed out (a return value displaced by a local's
         // panicking destructor, a second panic's payload): their destructors may park, or use
@@ -1185,16 +1201,17 @@ where
     TaskCell::<T, F>::VTABLE
 }
 
-/// Drops the closure of a coroutine that will never run (no stack could be had for it), on the
-/// worker's stack while its task is still the worker's current one: as the worker's own code
-/// (a destructor that parks must park the thread, not "suspend" a coroutine that never
-/// started, nor see that task as the current one), and without letting a panic in it unwind
-/// the worker (the panic hook has reported it; the join reports the missing stack).
+/// Drops the closure of a coroutine that will never run (no stack could be had for it): in a
+/// cleanup coroutine with a stack of its own, where a destructor that parks parks that
+/// coroutine, not the worker (see [`in_cleanup_coroutine`](crate::worker::in_cleanup_coroutine),
+/// whose last resort — no stack for it either — drops it as the worker's own code). A panic in
+/// it goes no further than the panic hook (the join reports the missing stack).
 #[cold]
-fn drop_unrun<F>(f: F) {
-    crate::worker::outside_coroutine(|| {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(f)));
-    });
+fn drop_unrun<F: Send + 'static>(f: F) {
+    crate::worker::in_cleanup_coroutine(
+        || "spindle-rt cleanup: the closure of a task that never ran".to_string(),
+        move || drop(f),
+    );
 }
 
 /// Makes a task running `f`; `make` builds its body, given the task's header and `f`. Sets

@@ -168,6 +168,67 @@ pub(crate) fn outside_coroutine<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Runs `job` — the drop of a value nobody will read, a foreign waker's wake-up — in a
+/// coroutine of its own on this worker's runtime (named by `name`, which a stuck-coroutine
+/// report prints), not as the worker's own code: there, a destructor that parks (a lock held by
+/// another coroutine of this worker, a sleep) would park the worker's thread, and with it every
+/// coroutine that could let it go on. A panic in `job` is reported by the panic hook and goes
+/// no further. Where no coroutine can be had (off a worker, the runtime shutting down, no
+/// stack) it runs here, as the worker's own code, as the last resort.
+#[cold]
+#[inline(never)]
+pub(crate) fn in_cleanup_coroutine(
+    name: impl FnOnce() -> String,
+    job: impl FnOnce() + Send + 'static,
+) {
+    run_cleanup(name(), Box::new(job));
+}
+
+/// [`in_cleanup_coroutine`], type-erased: one kind of cleanup task whatever the job (whose
+/// closure, were it ever dropped unrun, would want a cleanup of its own).
+#[cold]
+#[inline(never)]
+fn run_cleanup(name: String, job: Box<dyn FnOnce() + Send>) {
+    let slot = Arc::new(std::sync::Mutex::new(Some(job)));
+    if let Some(shared) = current_shared() {
+        let taken = slot.clone();
+        let spawned = crate::spawn::spawn_on(
+            &shared,
+            // Its stack taken now: a cleanup coroutine never ends up with a closure dropped
+            // unrun for want of one (that drop would want a cleanup coroutine of its own).
+            crate::Builder::new().name(name).reserve_stack(),
+            move || {
+                let job = crate::task::lock(&taken).take();
+                if let Some(job) = job {
+                    job();
+                }
+            },
+        );
+        if spawned.is_ok() {
+            return;
+        }
+    }
+    let job = crate::task::lock(&slot).take();
+    if let Some(job) = job {
+        // Not the coroutine the worker last ran: a stuck-coroutine report must not blame it.
+        let blamed = current().map(|ctx| {
+            let counters = &ctx.shared.counters[ctx.index];
+            (
+                counters,
+                counters
+                    .running_task
+                    .swap(crate::monitor::WORKER_ITSELF, Ordering::Relaxed),
+            )
+        });
+        outside_coroutine(|| {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+        });
+        if let Some((counters, task)) = blamed {
+            counters.running_task.store(task, Ordering::Relaxed);
+        }
+    }
+}
+
 /// The index of this thread's worker if it belongs to `shared`'s runtime.
 pub(crate) fn current_index(shared: &Shared) -> Option<usize> {
     current()

@@ -9,6 +9,12 @@
 //!   and dropped again in the coroutine, on its worker, before the join sees the result (it
 //!   used to outlive the clear and be freed on whichever thread dropped the task).
 //!
+//! * The value of a coroutine whose handle was dropped, the closure of one that never ran and a
+//!   foreign waker woken at a task's end are dropped or woken in a coroutine (the finishing
+//!   one, or a cleanup coroutine), never as the worker's own code: a destructor that locks a
+//!   mutex held by a sleeping coroutine of the same worker used to park the worker's thread for
+//!   good.
+//!
 //! The cases that used to crash or hang run in child processes with a watchdog.
 
 mod common;
@@ -156,4 +162,87 @@ fn a_local_made_again_at_the_end_dies_in_the_coroutine_on_its_worker() {
         "the local made by the displaced value's destructor was dropped once, in the coroutine"
     );
     drop(rt);
+}
+
+static HELD: spindle_sync::Mutex<()> = spindle_sync::Mutex::new(());
+static LOCKED_IN_DROP: AtomicBool = AtomicBool::new(false);
+
+/// Its destructor takes `HELD`.
+struct LocksOnDrop;
+
+impl Drop for LocksOnDrop {
+    fn drop(&mut self) {
+        drop(HELD.lock());
+        LOCKED_IN_DROP.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Holds `HELD` across a sleep, in a coroutine of the same (single) worker.
+fn hold_lock_while_sleeping() -> spindle_rt::JoinHandle<()> {
+    spindle_rt::spawn(|| {
+        let _guard = HELD.lock();
+        spindle_rt::sleep(Duration::from_millis(50));
+    })
+}
+
+#[test]
+#[ignore = "child process of a_detached_value_may_block_on_a_lock_in_its_destructor"]
+fn child_detached_value_locks() {
+    let rt = one_worker();
+    rt.block_on(|| {
+        let holder = hold_lock_while_sleeping();
+        spindle_rt::yield_now(); // the holder takes the lock and sleeps
+        drop(spindle_rt::spawn(|| LocksOnDrop)); // detached: nobody reads its value
+        holder.join().unwrap();
+        while !LOCKED_IN_DROP.load(Ordering::SeqCst) {
+            spindle_rt::sleep(Duration::from_millis(1));
+        }
+    });
+    drop(rt);
+    println!("CHILD OK");
+}
+
+#[test]
+fn a_detached_value_may_block_on_a_lock_in_its_destructor() {
+    let run = run_child_with_watchdog("child_detached_value_locks", LIMIT);
+    assert!(run.ok(), "{run}");
+}
+
+/// A waker of no runtime: its wake-up takes `HELD`.
+struct LocksOnWake;
+
+impl std::task::Wake for LocksOnWake {
+    fn wake(self: std::sync::Arc<Self>) {
+        drop(HELD.lock());
+        LOCKED_IN_DROP.store(true, Ordering::SeqCst);
+    }
+}
+
+#[test]
+#[ignore = "child process of a_foreign_waker_may_block_on_a_lock_when_woken"]
+fn child_foreign_waker_locks() {
+    use std::future::Future;
+    let rt = one_worker();
+    rt.block_on(|| {
+        let holder = hold_lock_while_sleeping();
+        spindle_rt::yield_now();
+        let mut child = spindle_rt::spawn(|| spindle_rt::sleep(Duration::from_millis(5)));
+        // Polled with a foreign waker: the child's end wakes it.
+        let waker = std::task::Waker::from(std::sync::Arc::new(LocksOnWake));
+        let mut cx = std::task::Context::from_waker(&waker);
+        assert!(std::pin::Pin::new(&mut child).poll(&mut cx).is_pending());
+        holder.join().unwrap();
+        while !LOCKED_IN_DROP.load(Ordering::SeqCst) {
+            spindle_rt::sleep(Duration::from_millis(1));
+        }
+        child.join().unwrap();
+    });
+    drop(rt);
+    println!("CHILD OK");
+}
+
+#[test]
+fn a_foreign_waker_may_block_on_a_lock_when_woken() {
+    let run = run_child_with_watchdog("child_foreign_waker_locks", LIMIT);
+    assert!(run.ok(), "{run}");
 }
