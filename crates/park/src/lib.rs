@@ -491,7 +491,27 @@ pub fn is_current_waker(waker: &Waker) -> bool {
     installed_hook().is_some_and(|hook| hook.try_will_wake(waker))
 }
 
+/// Runs `f` with the current task's cancellation deferred, as a [`CancelGuard`] held for the
+/// call would (see [`defer_cancel`]), and ends the deferral when `f` returns or unwinds. Unlike a
+/// guard, it cannot be forgotten: prefer it wherever the deferral fits one call.
+///
+/// ```
+/// let answer = spindle_park::with_cancel_deferred(|| {
+///     // ... lend a buffer to the kernel, wait for its completion with `park` ...
+///     42
+/// });
+/// assert_eq!(answer, 42);
+/// ```
+pub fn with_cancel_deferred<R>(f: impl FnOnce() -> R) -> R {
+    let _deferred = defer_cancel();
+    f()
+}
+
 /// Defers the current task's cancellation while the returned guard lives.
+///
+/// A guard that is never dropped (`mem::forget`) defers the task's cancellation for good: a
+/// runtime shutting down can only abandon such a task. Prefer [`with_cancel_deferred`] where
+/// the deferral fits one call.
 ///
 /// While a guard is held, [`park`] never unwinds; a cancel request makes the next `park` return
 /// (as if woken) once, so that the holder can see it with [`cancel_requested`], stop whatever

@@ -314,4 +314,24 @@ pub(crate) fn cancel_task(task: &TaskRef) {
 /// });
 /// # Ok::<(), spindle_rt::BuildError>(())
 /// ```
+///
+/// A guard that is never dropped (`mem::forget`) defers cancellation for good; a shutdown
+/// abandons such a coroutine once it is all that is left, after
+/// [`CANCEL_DEFERRAL_GRACE`](crate::CANCEL_DEFERRAL_GRACE). Prefer
+/// [`with_cancel_deferred`](crate::with_cancel_deferred), which cannot be forgotten.
 pub use spindle_park::CancelGuard;
+
+/// Runs `f` with cancellation of the current coroutine held off, as a [`CancelGuard`] held for
+/// the call would, ending the deferral when `f` returns or unwinds: unlike a guard, it cannot be
+/// forgotten.
+///
+/// ```
+/// let rt = spindle_rt::Runtime::builder().workers(1).build()?;
+/// rt.block_on(|| {
+///     spindle_rt::with_cancel_deferred(|| {
+///         spindle_rt::sleep(std::time::Duration::from_millis(1)); // not cancellable here
+///     });
+/// });
+/// # Ok::<(), spindle_rt::BuildError>(())
+/// ```
+pub use spindle_park::with_cancel_deferred;

@@ -110,12 +110,16 @@
 //! [`JoinHandle::cancel`] makes the coroutine unwind from the suspension point where it waits
 //! (a sleep, a join, a park) or the next one it reaches; its destructors run and `join` reports
 //! [`JoinError::Cancelled`]. A [`CancelGuard`] holds cancellation off through a critical
-//! section; dropping it ends the deferral of the coroutine that made it, even where other code
+//! section ([`with_cancel_deferred`] holds it off through one call and cannot be forgotten);
+//! dropping a guard ends the deferral of the coroutine that made it, even where other code
 //! of its thread drops it (a thread-local can carry it there) — except for a
 //! [migratable](Builder::migratable) coroutine, whose deferral such a drop leaves in place.
 //! Dropping the [`Runtime`] cancels every coroutine still alive, waits for them to unwind, and
 //! joins the worker threads and the [`blocking`] pool's threads (a blocking job that never
-//! returns keeps the drop waiting: [`Runtime::shutdown_timeout`] bounds it).
+//! returns keeps the drop waiting: [`Runtime::shutdown_timeout`] bounds it). Coroutines that
+//! hold their cancellation off while parked (a forgotten `CancelGuard`) cannot be made to end:
+//! once they are all that is left, the shutdown waits [`CANCEL_DEFERRAL_GRACE`] more, logs
+//! their names (a `log` warning) and abandons them, leaking their stacks.
 //!
 //! # Signals, `fork()` and other process-level faults
 //!
@@ -199,10 +203,12 @@ pub use coop::{consume_budget, yield_now};
 pub use current::{Current, current, park, park_timeout, try_current};
 pub use future::block_on_future;
 pub use io::{DriverFactory, IoBackend};
-pub use join::{CancelGuard, JoinError, JoinHandle};
+pub use join::{CancelGuard, JoinError, JoinHandle, with_cancel_deferred};
 pub use local::LocalKey;
 pub use metrics::{Metrics, WorkerMetrics};
-pub use runtime::{BuildError, Handle, Policy, Runtime, RuntimeBuilder, StackKind};
+pub use runtime::{
+    BuildError, CANCEL_DEFERRAL_GRACE, Handle, Policy, Runtime, RuntimeBuilder, StackKind,
+};
 pub use scope::{Scope, ScopedJoinHandle, scope};
 pub use spawn::{Builder, spawn};
 pub use time::{sleep, sleep_until};

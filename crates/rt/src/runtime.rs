@@ -913,7 +913,7 @@ impl Runtime {
             crate::join::cancel_task(&task);
         }
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        let all_done = shared.tasks.wait_empty(timeout);
+        let all_done = wait_for_cancelled(shared, deadline);
         shared.stop.store(true, Ordering::Release);
         shared.unpark_all();
         // Without a deadline every worker is joined. With one, only those that end by then: a
@@ -966,6 +966,63 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         self.shutdown(None);
+    }
+}
+
+/// How long a shutdown waits once every coroutine still alive is parked holding its
+/// cancellation off (a `CancelGuard`, perhaps forgotten with `mem::forget`): then it stops
+/// waiting for them, names them, and abandons them (see [`Runtime::shutdown_timeout`]).
+pub const CANCEL_DEFERRAL_GRACE: Duration = Duration::from_secs(1);
+
+/// Waits until every coroutine has ended or `deadline` passes (`None`: no deadline) — or until
+/// the coroutines left have all been parked, holding their cancellation off, for
+/// [`CANCEL_DEFERRAL_GRACE`]: nothing the shutdown does can end those. Returns whether every
+/// coroutine ended.
+fn wait_for_cancelled(shared: &Shared, deadline: Option<Instant>) -> bool {
+    // How often the coroutines left are looked at.
+    const LOOK_EVERY: Duration = Duration::from_millis(20);
+    let mut all_deferring_since: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        let slice = match deadline {
+            Some(d) if d <= now => return shared.tasks.wait_empty(Some(Duration::ZERO)),
+            Some(d) => (d - now).min(LOOK_EVERY),
+            None => LOOK_EVERY,
+        };
+        if shared.tasks.wait_empty(Some(slice)) {
+            return true;
+        }
+        // Every live coroutine that has parked has a registry slot; one without (never parked
+        // yet) is running or queued, and will see its cancel.
+        let left = shared.tasks.snapshot();
+        let stuck = left.len() == shared.tasks.live()
+            && left.iter().all(|t| t.header().parked_deferring_cancel());
+        if !stuck {
+            all_deferring_since = None;
+            continue;
+        }
+        let since = *all_deferring_since.get_or_insert(now);
+        if now.duration_since(since) >= CANCEL_DEFERRAL_GRACE {
+            let names: Vec<String> = left
+                .iter()
+                .map(|t| {
+                    let h = t.header();
+                    match &h.name {
+                        Some(name) => format!("'{name}' (#{})", h.id),
+                        None => format!("#{}", h.id),
+                    }
+                })
+                .collect();
+            log::warn!(
+                "spindle: shutdown stopped waiting for {} coroutine(s) that hold their \
+                 cancellation off while parked ({}); they are abandoned with their stacks. A \
+                 CancelGuard forgotten with mem::forget defers cancellation for good: prefer \
+                 spindle_rt::with_cancel_deferred",
+                names.len(),
+                names.join(", ")
+            );
+            return false;
+        }
     }
 }
 

@@ -109,6 +109,7 @@ where
         copying,
         starts_on_carrier,
         pins: Cell::new(0),
+        defers_cancel: std::sync::atomic::AtomicBool::new(false),
         timer: Cell::new(None),
         registry_key: AtomicU64::new(crate::registry::Key::NONE.to_bits()),
         shared: std::ptr::NonNull::from(&**shared),

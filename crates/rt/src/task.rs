@@ -19,7 +19,7 @@ use std::any::Any;
 use std::cell::{Cell, UnsafeCell};
 use std::fmt;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{RawWaker, RawWakerVTable, Waker};
 use std::time::Instant;
@@ -148,6 +148,10 @@ pub(crate) struct Header {
     /// The task starts on a carrier of the worker that first runs it (a spawn on the runtime's
     /// default stack: `Body::OwnPending(None, _)`; see `carrier`). Set at spawn.
     pub(crate) starts_on_carrier: bool,
+    /// At its last park the coroutine held cancellation off (a `CancelGuard`, or
+    /// `with_cancel_deferred`): written by the worker it parked to, read by a shutdown that
+    /// waits for cancelled coroutines to end (see `Runtime::shutdown`).
+    pub(crate) defers_cancel: AtomicBool,
     /// Incremented by every park (by the parking coroutine alone); a timer entry carries the
     /// value it was made with, and the state word the low bits of the last park's (see the
     /// module docs), so a timer left over from an earlier park wakes nothing.
@@ -191,6 +195,7 @@ const _: () = {
             && !needs_drop::<&'static TaskVtable>()
             && !needs_drop::<ptr::NonNull<Shared>>()
             && !needs_drop::<AtomicU64>()
+            && !needs_drop::<AtomicBool>()
             && !needs_drop::<Cell<Option<(usize, spindle_timer::TimerKey)>>>()
     );
     #[cfg(target_pointer_width = "64")]
@@ -261,7 +266,10 @@ impl Header {
     /// park number the coroutine wrote before suspending, and its cancel guards).
     pub(crate) fn park_done(&self) -> bool {
         let generation = State::park_gen(self.park_seq.load(Ordering::Relaxed));
-        self.state.park_done(generation, self.no_cancel.get() != 0)
+        let held_off = self.no_cancel.get() != 0;
+        // Written before the park is published: a shutdown that sees the task idle sees this.
+        self.defers_cancel.store(held_off, Ordering::Relaxed);
+        self.state.park_done(generation, held_off)
     }
 
     /// → `COMPLETE`; returns the state before.
@@ -292,6 +300,16 @@ impl Header {
         // Above any depth `CancelGuard`s can reach, so their drops never bring it back to 0.
         self.no_cancel
             .set(self.no_cancel.get().saturating_add(1 << 30));
+    }
+
+    /// Whether the task is parked, cancelled, and held its cancellation off when it parked: a
+    /// shutdown cannot make it end, only wait for whatever it waits for (see
+    /// `Runtime::shutdown`). Read from any thread.
+    pub(crate) fn parked_deferring_cancel(&self) -> bool {
+        let s = self.load();
+        s & (State::ACTIVE | State::COMPLETE) == 0
+            && s & State::CANCELLED != 0
+            && self.defers_cancel.load(Ordering::Relaxed)
     }
 
     /// Whether a cancel was requested and may be acted on now.
