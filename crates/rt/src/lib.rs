@@ -210,5 +210,5 @@ pub use runtime::{
     BuildError, CANCEL_DEFERRAL_GRACE, Handle, Policy, Runtime, RuntimeBuilder, StackKind,
 };
 pub use scope::{Scope, ScopedJoinHandle, scope};
-pub use spawn::{Builder, spawn};
+pub use spawn::{Builder, MIN_STACK_SIZE, spawn};
 pub use time::{sleep, sleep_until};

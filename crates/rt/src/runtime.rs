@@ -360,10 +360,29 @@ impl RuntimeBuilder {
             trim_when_shared: false,
             ..PoolConfig::default()
         });
+        let user_pool = self.stack_pool.is_some();
+        // The default resident part may exceed a small stack: then all of it stays (a
+        // `stack_pool` the caller set is taken as it is).
+        let fit = |base: PoolConfig, size: usize| PoolConfig {
+            keep_resident: if user_pool {
+                base.keep_resident
+            } else {
+                base.keep_resident.min(size)
+            },
+            ..base
+        };
+        if let StackKind::Pooled { size } | StackKind::Growable { max: size, .. } = self.stack
+            && size < crate::MIN_STACK_SIZE
+        {
+            return Err(BuildError::Invalid(
+                "the runtime's stack size is below spindle_rt::MIN_STACK_SIZE (8 KiB); ask for \
+                 at least that",
+            ));
+        }
         let pool_config = match self.stack {
             StackKind::Pooled { size } => PoolConfig {
                 stack_size: size,
-                ..base
+                ..fit(base, size)
             },
             #[cfg(not(feature = "stack-growable"))]
             StackKind::Growable { .. } => {
@@ -376,7 +395,7 @@ impl RuntimeBuilder {
             StackKind::Growable { initial, max } => PoolConfig {
                 stack_size: max,
                 kind: PoolKind::Growable { initial },
-                ..base
+                ..fit(base, max)
             },
             StackKind::Shared => {
                 return Err(BuildError::Invalid(
@@ -695,9 +714,12 @@ impl Shared {
         if let Some(pool) = pools.get(&size) {
             return Ok(pool.clone());
         }
+        let defaults = PoolConfig::default();
         let pool = StackPool::new(PoolConfig {
             stack_size: size,
-            ..PoolConfig::default()
+            // The default resident part may exceed a small stack: then all of it stays.
+            keep_resident: defaults.keep_resident.min(size),
+            ..defaults
         })?;
         pools.insert(size, pool.clone());
         Ok(pool)

@@ -169,6 +169,11 @@ impl Builder {
     /// other than the runtime's comes from the runtime's pool of that size, which it keeps
     /// while it lives, trimmed like its own pool (see [`RuntimeBuilder::stack_pool`]).
     ///
+    /// At least [`MIN_STACK_SIZE`] (8 KiB): a smaller size makes [`spawn`](Builder::spawn)
+    /// fail with an error that names it. A small stack holds small frames only: a panic's
+    /// backtrace (`RUST_BACKTRACE`) or deep formatting needs tens of KiB, and an overflow ends
+    /// the process with a message naming the coroutine.
+    ///
     /// [`RuntimeBuilder::stack_pool`]: crate::RuntimeBuilder::stack_pool
     pub fn stack_size(mut self, size: usize) -> Self {
         self.stack = Some(StackKind::Pooled { size });
@@ -366,6 +371,12 @@ pub(crate) fn stack_for(shared: &Shared, kind: Option<StackKind>) -> Result<Task
     }
 }
 
+/// The smallest stack a coroutine may ask for ([`Builder::stack_size`], a growable stack's
+/// maximum, a runtime's default stack): two pages of 4 KiB, room for the runtime's frames and a
+/// closure with a few KiB of frames of its own (less in a debug build). Smaller sizes are
+/// refused with an error naming this constant.
+pub const MIN_STACK_SIZE: usize = 8 * 1024;
+
 static NEXT_TASK_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Ids a thread takes from [`NEXT_TASK_ID`] at a time: workers spawning at once then do not
@@ -470,6 +481,17 @@ where
     let closed = closing_error;
     if shared.closing.load(std::sync::atomic::Ordering::Acquire) {
         return Err(closed());
+    }
+    if let Some(StackKind::Pooled { size } | StackKind::Growable { max: size, .. }) = builder.stack
+        && size < MIN_STACK_SIZE
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "a coroutine's stack of {size} bytes is below spindle_rt::MIN_STACK_SIZE \
+                 ({MIN_STACK_SIZE} bytes); ask for at least that"
+            ),
+        ));
     }
     let plan = match builder.stack {
         #[cfg(not(feature = "stack-shared"))]
