@@ -339,8 +339,11 @@ impl IocpDriver {
     /// Whether this driver is the current worker's, seen from a runtime's task: then its loop
     /// dispatches this port while the task is parked.
     fn is_current(&self) -> bool {
-        spindle_io::current(|d| ptr::addr_eq(d as *const dyn Driver, self as *const Self))
-            .unwrap_or(false)
+        // SAFETY: only compares the driver's address; nothing is submitted or parked.
+        unsafe {
+            spindle_io::current(|d| ptr::addr_eq(d as *const dyn Driver, self as *const Self))
+        }
+        .unwrap_or(false)
     }
 
     /// Whether `socket` is associated with another driver's port (see `foreign`).

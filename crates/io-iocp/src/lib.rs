@@ -55,7 +55,7 @@
 //! # Outside a runtime
 //!
 //! `submit` parks the current task when this driver is the current worker's
-//! ([`spindle_io::current`]): the worker's loop calls `park`, which dispatches the completion.
+//! (`spindle_io::current`): the worker's loop calls `park`, which dispatches the completion.
 //! Otherwise nothing else would dequeue this port, so `submit` drives it itself: it calls
 //! `park` in a loop until its own operation has completed, dispatching any other completions
 //! it meets (their tasks are woken as usual).
@@ -75,7 +75,6 @@
 //! [`Proactor::register`]: spindle_io::Proactor::register
 //! [`Op`]: spindle_io::Op
 //! [`park`]: spindle_io::Driver::park
-//! [`spindle_io::current`]: spindle_io::current
 //! [`spindle_park::defer_cancel`]: spindle_park::defer_cancel
 //! [`spindle_park::on_copying_stack`]: spindle_park::on_copying_stack
 #![deny(missing_docs)]

@@ -354,11 +354,14 @@ impl UringDriver {
     /// task lets the worker's `park` dispatch our completion). Otherwise `submit` drives the
     /// ring itself.
     fn is_current(&self) -> bool {
-        spindle_io::current(|driver| {
-            driver.proactor().is_some_and(|p| {
-                std::ptr::addr_eq(p as *const dyn Proactor, self as *const UringDriver)
+        // SAFETY: only compares the driver's address; nothing is submitted or parked.
+        unsafe {
+            spindle_io::current(|driver| {
+                driver.proactor().is_some_and(|p| {
+                    std::ptr::addr_eq(p as *const dyn Proactor, self as *const UringDriver)
+                })
             })
-        })
+        }
         .unwrap_or(false)
     }
 

@@ -496,13 +496,31 @@ pub unsafe fn with_driver<R>(driver: &dyn Driver, f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// The driver of the worker this code runs on, if it runs in a runtime's coroutine.
+/// The driver of the worker this code runs on, if it runs in a runtime's coroutine: for
+/// backends (an IO-completion backend checks that an operation reached its own driver) and
+/// their tests, not for applications, which use the IO types.
+///
+/// # Safety
+///
+/// The driver is the worker's, shared by every coroutine of that worker, and nothing in its
+/// interface stops misuse: the caller must only [`submit`](Proactor::submit) operations on
+/// sources it owns and whose buffers outlive the call, and must not call
+/// [`park`](Driver::park) (it would block the worker inside its driver) or register sources it
+/// does not own. (Safe code could otherwise submit an operation on any fd number.)
+#[doc(hidden)]
+#[inline]
+pub unsafe fn current<R>(f: impl FnOnce(&dyn Driver) -> R) -> Option<R> {
+    current_driver(f)
+}
+
+/// The driver of the worker this code runs on, if it runs in a runtime's coroutine: what this
+/// crate's IO types use (each on sources it owns).
 ///
 /// Outside a coroutine (a plain thread, or a worker's own scheduling code) there is none: IO
 /// types then block the thread, like the std types. Not inlined, and never to be cached across a
 /// suspension: a migratable coroutine may resume on another worker.
 #[inline(never)]
-pub fn current<R>(f: impl FnOnce(&dyn Driver) -> R) -> Option<R> {
+pub(crate) fn current_driver<R>(f: impl FnOnce(&dyn Driver) -> R) -> Option<R> {
     if !spindle_park::in_task() {
         return None;
     }

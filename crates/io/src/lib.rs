@@ -4,6 +4,18 @@
 //! See [`driver`] for how a runtime and a backend meet, and [`registrations`] for the table the
 //! readiness backends keep their registrations in.
 //!
+//! # The worker's driver is not for applications
+//!
+//! A runtime's worker drives one backend, shared by every coroutine on it. Only this crate's IO
+//! types, on the sources they own, and the backends reach it; safe code cannot: an operation
+//! submitted on an fd number one does not own, or a `park` of the worker's driver from a
+//! coroutine, would break the other coroutines' IO.
+//!
+//! ```compile_fail,E0133
+//! // error[E0133]: call to unsafe function `spindle_io::current` is unsafe
+//! let _ = spindle_io::current(|driver| driver.name());
+//! ```
+//!
 //! # Platforms
 //!
 //! * **Unix**: everything here — TCP, UDP and Unix-domain sockets ([`net`]), `Io` for any

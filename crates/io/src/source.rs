@@ -289,7 +289,7 @@ impl Evented {
         deadline: Option<Instant>,
         snapshot: Option<(*const ScheduledIo, crate::ReadyEvent)>,
     ) -> io::Result<()> {
-        match crate::driver::current(|d| d.has_reactor()) {
+        match crate::driver::current_driver(|d| d.has_reactor()) {
             Some(true) => {
                 // Re-armed with the reactor that holds the registration, which is not the
                 // current worker's when the source was registered on another one.
@@ -355,7 +355,7 @@ impl Evented {
                 return Ok(reg);
             }
         }
-        let current = crate::driver::current(|d| d.reactor())
+        let current = crate::driver::current_driver(|d| d.reactor())
             .flatten()
             .ok_or_else(|| io::Error::other("no IO reactor on this thread"))?;
         let mut regs = self.regs();
@@ -391,7 +391,7 @@ impl Evented {
         #[cfg(unix)]
         {
             let _pin = spindle_park::pin_to_thread();
-            let result = crate::driver::current(|d| match d.proactor() {
+            let result = crate::driver::current_driver(|d| match d.proactor() {
                 Some(p) if p.supports(OpKind::Poll) => {
                     let op = if interest.is_readable() {
                         Op::PollReadable { fd: self.fd }
@@ -424,7 +424,7 @@ impl Evented {
     ) -> Option<io::Result<R>> {
         // (`current` is `None` outside a task.) A readiness driver answers at the first
         // question, before any pin: this runs on every read and write.
-        crate::driver::current(|d: &dyn Driver| {
+        crate::driver::current_driver(|d: &dyn Driver| {
             let p = d.proactor()?;
             if !p.supports(kind) {
                 return None;
@@ -443,7 +443,7 @@ impl Evented {
     /// Whether operations here would go through a proactor.
     pub(crate) fn has_proactor(&self) -> bool {
         spindle_park::in_task()
-            && crate::driver::current(|d| d.proactor().is_some()).unwrap_or(false)
+            && crate::driver::current_driver(|d| d.proactor().is_some()).unwrap_or(false)
     }
 
     /// Tells the current proactor about this source once (IOCP associates the socket).
