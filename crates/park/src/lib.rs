@@ -376,9 +376,13 @@ fn park_inner(deadline: Option<Instant>) -> Wake {
 /// code. Futures that need a particular async runtime's reactor (tokio's sockets and timers)
 /// need that runtime running somewhere; this function is not one.
 ///
-/// On a shared (copying) stack ([`on_copying_stack`]) the future is moved to the heap first:
-/// a pending future may have handed out pointers to itself (an intrusive waiter node, say),
-/// and a copying stack's bytes are elsewhere while the coroutine is suspended.
+/// # Panics
+///
+/// On a shared (copying) stack ([`on_copying_stack`]): there a pending future must not lie on
+/// the stack — it may have handed out pointers to itself (an intrusive waiter node, say), and a
+/// copying stack's bytes are elsewhere while the coroutine is suspended — and this function
+/// cannot tell a future it may move to the heap from one that only points at a future on the
+/// stack (`block_on(pin!(fut))`, `block_on(&mut fut)`). Use [`block_on_owned`] there.
 ///
 /// Cancellation: a cancelled coroutine unwinds out of the `park` here; the future is dropped
 /// on the way, as an async runtime drops a cancelled task's future.
@@ -406,6 +410,35 @@ fn park_inner(deadline: Option<Instant>) -> Wake {
 /// assert_eq!(spindle_park::block_on(async { 6 * 7 }), 42);
 /// ```
 pub fn block_on<F: Future>(future: F) -> F::Output {
+    if on_copying_stack() {
+        refuse_block_on_copying_stack();
+    }
+    drive(std::pin::pin!(future))
+}
+
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn refuse_block_on_copying_stack() -> ! {
+    panic!(
+        "spindle_park::block_on (spindle_rt::block_on_future) on a shared (copying) stack: the \
+         future may lie on that stack (a pin!-ed or borrowed future), whose bytes move while the \
+         coroutine is suspended; use block_on_owned (spindle_rt::block_on_owned_future) with a \
+         future it can own"
+    )
+}
+
+/// [`block_on`] for a future that it owns and that borrows nothing (`'static`): usable on a
+/// shared (copying) stack too, where the future is moved to the heap first, so that nothing it
+/// hands out while pending (an intrusive waiter node, say) points into a stack whose bytes move.
+/// No future it polls can lie on the stack: a `'static` future borrows nothing there.
+///
+/// ```
+/// let (tx, rx) = std::sync::mpsc::channel();
+/// tx.send(7).unwrap();
+/// assert_eq!(spindle_park::block_on_owned(async move { rx.recv().unwrap() }), 7);
+/// ```
+pub fn block_on_owned<F: Future + 'static>(future: F) -> F::Output {
     if on_copying_stack() {
         drive(Box::pin(future).as_mut())
     } else {

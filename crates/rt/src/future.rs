@@ -9,8 +9,14 @@ use std::future::Future;
 /// coroutine's `Waker`), so runtime-agnostic futures — `futures`' or `async-channel`'s
 /// channels, `spindle-sync`'s async methods, a [`JoinHandle`](crate::JoinHandle) — work
 /// unchanged. Futures tied to another async runtime's reactor (tokio's sockets or timers) need
-/// that runtime to be running. On a shared (copying) stack the future is boxed first, so
-/// nothing that it hands out points into a stack that moves. See [`spindle_park::block_on`].
+/// that runtime to be running. See [`spindle_park::block_on`].
+///
+/// # Panics
+///
+/// On a shared (copying) stack ([`Builder::shared_stack`](crate::Builder::shared_stack)),
+/// where it cannot tell whether the future lies on the stack (a `pin!`-ed or borrowed
+/// future), whose bytes move while the coroutine is suspended: use
+/// [`block_on_owned_future`] there.
 ///
 /// ```
 /// let rt = spindle_rt::Runtime::builder().workers(2).build()?;
@@ -25,4 +31,21 @@ use std::future::Future;
 /// ```
 pub fn block_on_future<F: Future>(future: F) -> F::Output {
     spindle_park::block_on(future)
+}
+
+/// [`block_on_future`] for a future it owns and that borrows nothing (`'static`), also on a
+/// shared (copying) stack: there the future is moved to the heap first, so that nothing it
+/// hands out while pending (an intrusive waiter node) points into a stack whose bytes move.
+///
+/// ```
+/// let rt = spindle_rt::Runtime::builder().workers(1).build()?;
+/// let answer = rt.block_on(|| {
+///     let child = spindle_rt::spawn(|| 42);
+///     spindle_rt::block_on_owned_future(async move { child.await.unwrap() })
+/// });
+/// assert_eq!(answer, 42);
+/// # Ok::<(), spindle_rt::BuildError>(())
+/// ```
+pub fn block_on_owned_future<F: Future + 'static>(future: F) -> F::Output {
+    spindle_park::block_on_owned(future)
 }

@@ -201,7 +201,7 @@ mod worker;
 pub use blocking::blocking;
 pub use coop::{consume_budget, yield_now};
 pub use current::{Current, current, park, park_timeout, try_current};
-pub use future::block_on_future;
+pub use future::{block_on_future, block_on_owned_future};
 pub use io::{DriverFactory, IoBackend};
 pub use join::{CancelGuard, JoinError, JoinHandle, with_cancel_deferred};
 pub use local::LocalKey;

@@ -231,7 +231,9 @@ impl Builder {
     /// ([`crate::scope`]), a [`crate::blocking`] closure or a scoped thread borrows data on its
     /// stack, nor lend a buffer on its stack to anything that runs meanwhile. Spindle's own
     /// waiting (join, sleep, park, the sync primitives) keeps its records in heap state, and
-    /// [`block_on_future`](crate::block_on_future) moves the future it waits for to the heap.
+    /// [`block_on_owned_future`](crate::block_on_owned_future) moves the future it waits for to
+    /// the heap ([`block_on_future`](crate::block_on_future), which may be handed a future
+    /// that lies on the stack, panics there).
     pub unsafe fn shared_stack(mut self) -> Self {
         self.stack = Some(StackKind::Shared);
         self

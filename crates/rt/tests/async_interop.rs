@@ -164,7 +164,7 @@ fn on_a_copying_stack_a_pending_future_does_not_live_in_the_moving_stack() {
             let exposed = exposed.clone();
             let signal = signal.clone();
             // SAFETY: the coroutine lends nothing on its stack to anything that runs while it
-            // is suspended: `block_on_future` moves the future to the heap on a copying stack,
+            // is suspended: `block_on_owned_future` moves the future to the heap on a copying stack,
             // which is what this test checks.
             let builder = unsafe { Builder::new().shared_stack() };
             builder
@@ -175,7 +175,7 @@ fn on_a_copying_stack_a_pending_future_does_not_live_in_the_moving_stack() {
                         exposed,
                         signal,
                     };
-                    block_on_future(future)
+                    spindle_rt::block_on_owned_future(future)
                 })
                 .unwrap()
         };
@@ -212,4 +212,50 @@ fn on_a_copying_stack_a_pending_future_does_not_live_in_the_moving_stack() {
         seen, MAGIC,
         "the pending future's bytes moved with the copying stack"
     );
+}
+
+/// On a copying stack `block_on_future` cannot tell a future it may move to the heap from one
+/// that only points at a future on the stack (`pin!`, `&mut`): it refuses, with a panic that
+/// points to `block_on_owned_future` (it used to box the pointer and leave the future, and
+/// any waiter node in it, on the stack whose bytes move). A pinned future on an ordinary
+/// stack is fine.
+#[test]
+fn on_a_copying_stack_a_future_that_may_lie_on_the_stack_is_refused() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let (pinned, borrowed, owned, ordinary) = rt.block_on(|| {
+        let on_shared = |case: fn() -> u32| {
+            // SAFETY: the coroutine lends nothing on its stack to anything that runs while it
+            // is suspended (the refused cases are refused before they wait).
+            let builder = unsafe { Builder::new().shared_stack() };
+            builder.spawn(case).unwrap().join()
+        };
+        let pinned = on_shared(|| {
+            let child = spindle_rt::spawn(|| 1);
+            block_on_future(std::pin::pin!(async move { child.await.unwrap() }))
+        });
+        let borrowed = on_shared(|| {
+            let mut child = spindle_rt::spawn(|| 2);
+            block_on_future(&mut child).unwrap()
+        });
+        let owned = on_shared(|| {
+            let child = spindle_rt::spawn(|| 3);
+            spindle_rt::block_on_owned_future(async move { child.await.unwrap() })
+        });
+        let child = spindle_rt::spawn(|| 4);
+        let ordinary = block_on_future(std::pin::pin!(async move { child.await.unwrap() }));
+        (pinned, borrowed, owned, ordinary)
+    });
+    for refused in [pinned, borrowed] {
+        let Err(JoinError::Panicked(payload)) = refused else {
+            panic!("refused on a copying stack: {refused:?}")
+        };
+        let message = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        assert!(message.contains("block_on_owned"), "{message}");
+    }
+    assert_eq!(owned.unwrap(), 3);
+    assert_eq!(ordinary, 4);
 }
