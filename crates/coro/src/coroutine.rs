@@ -13,7 +13,7 @@ use spindle_stack::{Owner, Stack, StackError, StackPool};
 use spindle_stack::{SharedSlot, SharedStack};
 
 use crate::exchange::{ForcedUnwind, PANICKED, RETURNED, Slot, TAG, UNWIND, UNWOUND, YIELDED};
-use crate::sanitizer::{self, Fiber};
+use crate::sanitizer::Fiber;
 use crate::{DefaultStack, Yielder, id};
 
 /// A marker that makes a type `!Send` and `!Sync`.
@@ -422,7 +422,7 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
         // SAFETY: forwarded contract; `link` is that stack's link slot.
         let t = unsafe { context.resume(data, self.link) };
         // SAFETY: right after the switch back, with what `enter` returned.
-        unsafe { sanitizer::leave(resumer) };
+        unsafe { self.fiber.leave(resumer) };
         if watch && std::thread::panicking() && !resumer_panicking {
             self.suspended_while_unwinding(t.data, data == UNWIND);
         }

@@ -53,12 +53,24 @@ unsafe extern "C" {
     fn __asan_unpoison_memory_region(addr: *const c_void, size: usize);
 }
 
-/// A coroutine's sanitizer state: its TSan fiber, from its first resume until it finishes.
-/// Zero-sized without `spindle_tsan`.
+/// A coroutine's sanitizer state: its TSan fiber, from its first resume until it finishes, and
+/// where it last suspended. Zero-sized without the sanitizer cfgs.
+///
+/// A coroutine may suspend from inside a nested one (a task that parks while a generator it
+/// resumed runs): then it is suspended on the nested coroutine's stack, in that one's TSan
+/// fiber, and its next resume continues there. So [`leave`](Fiber::leave) records the fiber and
+/// the stack bounds the thread was in when the coroutine switched back, and the next
+/// [`enter`](Fiber::enter) announces those, not the coroutine's own.
 #[derive(Debug, Default)]
 pub(crate) struct Fiber {
     #[cfg(spindle_tsan)]
     tsan: Option<NonNull<c_void>>,
+    /// The TSan fiber the coroutine suspended in, if not its own.
+    #[cfg(spindle_tsan)]
+    tsan_suspended_in: Option<NonNull<c_void>>,
+    /// The stack (bottom, size) the coroutine suspended on, as ASan knew it.
+    #[cfg(spindle_asan)]
+    asan_suspended_on: Option<(*const c_void, usize)>,
 }
 
 /// What [`leave`] needs to go back to the resumer: its TSan fiber and its stack's bounds as
@@ -92,9 +104,12 @@ impl Fiber {
             // the real switch; flags 0: the switch synchronises, as the thread really does.
             unsafe {
                 let resumer = __tsan_get_current_fiber();
-                let fiber = *self.tsan.get_or_insert_with(|| {
+                let own = *self.tsan.get_or_insert_with(|| {
                     NonNull::new(__tsan_create_fiber(0)).expect("TSan fiber")
                 });
+                // Where it suspended: a nested coroutine's fiber, alive while the coroutine is
+                // suspended inside it (the nested one cannot finish under its frames).
+                let fiber = self.tsan_suspended_in.take().unwrap_or(own);
                 __tsan_switch_to_fiber(fiber.as_ptr(), 0);
                 resumer
             }
@@ -104,7 +119,11 @@ impl Fiber {
             let mut fake_stack = std::ptr::null_mut();
             let mut bottom = std::ptr::null();
             let mut size = 0;
-            let coroutine = top.as_ptr().addr() - limit.as_ptr().addr();
+            // The stack it suspended on (a nested coroutine's, see `Fiber`), else its own.
+            let (limit, coroutine) = self.asan_suspended_on.take().unwrap_or((
+                limit.as_ptr().cast_const().cast(),
+                top.as_ptr().addr() - limit.as_ptr().addr(),
+            ));
             // SAFETY: calls into the ASan runtime, linked in by `-Zsanitizer=address` (the only
             // build that sets `spindle_asan`), with pointers to locals. Start and finish are
             // paired on this thread, so no switch is left half done; the thread's fake stack
@@ -112,7 +131,7 @@ impl Fiber {
             // handed back as it was. From here the thread's stack is the coroutine's
             // `[limit, top)`, which is where it runs until `leave`.
             unsafe {
-                __sanitizer_start_switch_fiber(&mut fake_stack, limit.as_ptr().cast(), coroutine);
+                __sanitizer_start_switch_fiber(&mut fake_stack, limit, coroutine);
                 __sanitizer_finish_switch_fiber(fake_stack, &mut bottom, &mut size);
             }
             (bottom, size)
@@ -154,29 +173,39 @@ impl Fiber {
     }
 }
 
-/// The coroutine has just switched back: the thread runs the resumer again, on its own stack.
-///
-/// # Safety
-///
-/// Called right after the switch back, with what [`Fiber::enter`] returned for this switch.
-#[inline(always)]
-#[cfg_attr(not(any(spindle_tsan, spindle_asan)), allow(unused_variables))]
-pub(crate) unsafe fn leave(resumer: Resumer) {
-    #[cfg(spindle_tsan)]
-    // SAFETY: the resumer's fiber, current when `enter` ran on this thread and alive: it is
-    // the fiber of this thread or of a coroutine that is running (it resumed us).
-    unsafe {
-        __tsan_switch_to_fiber(resumer.tsan, 0);
-    }
-    #[cfg(spindle_asan)]
-    {
-        let (bottom, size) = resumer.asan;
-        let mut fake_stack = std::ptr::null_mut();
-        // SAFETY: as in `enter`; `[bottom, bottom + size)` is the resumer's stack as ASan knew
-        // it before `enter`, on which this thread runs again.
+impl Fiber {
+    /// The coroutine has just switched back: the thread runs the resumer again, on its own
+    /// stack. Records where the coroutine suspended (see [`Fiber`]).
+    ///
+    /// # Safety
+    ///
+    /// Called right after the switch back, with what [`Fiber::enter`] returned for this switch.
+    #[inline(always)]
+    #[cfg_attr(not(any(spindle_tsan, spindle_asan)), allow(unused_variables))]
+    pub(crate) unsafe fn leave(&mut self, resumer: Resumer) {
+        #[cfg(spindle_tsan)]
+        // SAFETY: the resumer's fiber, current when `enter` ran on this thread and alive: it is
+        // the fiber of this thread or of a coroutine that is running (it resumed us). The
+        // current fiber is read first: the one the coroutine switched back from.
         unsafe {
-            __sanitizer_start_switch_fiber(&mut fake_stack, bottom, size);
-            __sanitizer_finish_switch_fiber(fake_stack, std::ptr::null_mut(), std::ptr::null_mut());
+            let current = NonNull::new(__tsan_get_current_fiber());
+            self.tsan_suspended_in = current.filter(|&f| Some(f) != self.tsan);
+            __tsan_switch_to_fiber(resumer.tsan, 0);
+        }
+        #[cfg(spindle_asan)]
+        {
+            let (bottom, size) = resumer.asan;
+            let mut fake_stack = std::ptr::null_mut();
+            let mut old_bottom = std::ptr::null();
+            let mut old_size = 0;
+            // SAFETY: as in `enter`; `[bottom, bottom + size)` is the resumer's stack as ASan
+            // knew it before `enter`, on which this thread runs again. The bounds handed back
+            // are those of the stack the coroutine switched back from.
+            unsafe {
+                __sanitizer_start_switch_fiber(&mut fake_stack, bottom, size);
+                __sanitizer_finish_switch_fiber(fake_stack, &mut old_bottom, &mut old_size);
+            }
+            self.asan_suspended_on = (!old_bottom.is_null()).then_some((old_bottom, old_size));
         }
     }
 }

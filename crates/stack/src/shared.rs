@@ -292,6 +292,12 @@ impl SharedSlot {
         if let Some(occupant) = unsafe { occupant.as_ref() } {
             let mut saved_bytes = 0;
             if let Some(occupant_sp) = occupant.sp.get() {
+                // `after_suspend` records a stack pointer inside the region; clamped again here,
+                // as the copy below must never leave the region (outside it: all of it).
+                let limit = region.mapping.limit();
+                let in_region = limit.as_ptr().addr() <= occupant_sp.as_ptr().addr()
+                    && occupant_sp.as_ptr().addr() <= top.as_ptr().addr();
+                let occupant_sp = if in_region { occupant_sp } else { limit };
                 let len = top.as_ptr().addr() - occupant_sp.as_ptr().addr();
                 let mut buffer = occupant.saved.take();
                 let result = save(&mut buffer, occupant_sp, len);
@@ -309,7 +315,9 @@ impl SharedSlot {
 
         let mut buffer = self.state.saved.take();
         if sp.is_some() && !buffer.is_empty() {
-            let len = buffer.len();
+            // Saved from inside the region (clamped when it was saved), so it fits; never
+            // written past the region's limit even so.
+            let len = buffer.len().min(region.mapping.usable());
             crate::valgrind::make_mem_undefined(top.as_ptr().addr() - len, len);
             // SAFETY: the buffer holds `[recorded sp, top)` of this coroutine, so `top - len`
             // is that sp, inside the region; the region is not in use (no occupant now), and
@@ -432,6 +440,14 @@ unsafe impl Stack for SharedSlot {
     }
 
     unsafe fn after_suspend(&self, sp: NonNull<u8>) {
+        // A coroutine may suspend from a nested coroutine's stack (a task on a shared stack
+        // that parks while a generator it resumed runs): `sp` is then outside the region, and
+        // the coroutine's own frames lie somewhere in it, below the point where it switched to
+        // the nested stack, which is not known here. The whole region is its then.
+        let region = &self.region.mapping;
+        let in_region = region.limit().as_ptr().addr() <= sp.as_ptr().addr()
+            && sp.as_ptr().addr() <= region.top().as_ptr().addr();
+        let sp = if in_region { sp } else { region.limit() };
         self.state.sp.set(Some(sp));
         if self.is_occupant_ptr() {
             self.region.running.set(false);
