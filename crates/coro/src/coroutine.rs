@@ -449,10 +449,12 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
              poisoning every lock it releases (Builder::allow_suspend_while_unwinding allows it \
              for resumers written for that)"
         };
+        // Named as an overflow message names it: by the owner recorded on its stack (a
+        // runtime's task name and id, or the builder's name), else by its own id.
+        let who = spindle_stack::describe_owner(self.stack.limit())
+            .unwrap_or_else(|| format!("coroutine #{}", self.id));
         let line = format!(
-            "spindle: a coroutine cannot suspend while it unwinds: coroutine #{} {why}; \
-             aborting\n",
-            self.id
+            "spindle: a coroutine cannot suspend while it unwinds: {who} {why}; aborting\n"
         );
         let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
         std::process::abort()

@@ -98,6 +98,7 @@ pub use fixed::FixedStack;
 pub use growable::GrowableStack;
 pub use owner::Owner;
 pub use pool::{PoolConfig, PoolKind, PoolStats, PooledStack, StackPool};
+pub use report::describe_owner;
 #[cfg(feature = "shared")]
 pub use shared::{SharedSlot, SharedStack, SharedStackStats};
 pub use signal::{prepare_thread, prepare_thread_uncached};

@@ -166,6 +166,31 @@ pub(crate) fn growth_failure_line(
     line
 }
 
+/// Names the coroutine that runs on the registered stack containing `addr`, as an overflow
+/// message does — `coroutine 'name' (#id)` or `coroutine #id` — or `None` if no stack of this
+/// crate contains `addr` or its owner was never set ([`Stack::set_owner`](crate::Stack::set_owner)).
+///
+/// For messages about a coroutine made by code that knows only its stack (an abort in the
+/// coroutine crate, say), so that they name it as the overflow message would.
+///
+/// ```
+/// use std::ptr::NonNull;
+/// use spindle_stack::{FixedStack, Owner, Stack};
+///
+/// let stack = FixedStack::new(16 * 1024)?;
+/// stack.set_owner(Owner::named(42, "parser"));
+/// let inside = NonNull::new(stack.top().as_ptr().wrapping_sub(64)).unwrap();
+/// assert_eq!(spindle_stack::describe_owner(inside).as_deref(), Some("coroutine 'parser' (#42)"));
+/// # Ok::<(), spindle_stack::StackError>(())
+/// ```
+pub fn describe_owner(addr: std::ptr::NonNull<u8>) -> Option<String> {
+    let (slot, _) = crate::registry::find(addr.as_ptr().addr())?;
+    let owner = slot.load_owner()?;
+    let mut line = LineBuf::new();
+    line.push_owner(Some(&owner));
+    Some(String::from_utf8_lossy(line.as_bytes()).into_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
