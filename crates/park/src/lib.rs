@@ -84,7 +84,7 @@ use std::pin::Pin;
 use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::task::{Context, Poll, Wake as WakeTrait, Waker};
+use std::task::{Context, Poll, RawWaker, RawWakerVTable, Wake as WakeTrait, Waker};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
@@ -462,7 +462,7 @@ fn drive<F: Future + ?Sized>(mut future: Pin<&mut F>) -> F::Output {
         woken: AtomicBool::new(true),
         task,
     });
-    let waker = Waker::from(woken.clone());
+    let waker = own_waker(woken.clone(), &DRIVE_WAKER_VTABLE);
     let mut cx = Context::from_waker(&waker);
     loop {
         // Acquire: what the waker's caller did before waking is visible to the poll.
@@ -916,7 +916,71 @@ fn late_parker() -> Arc<ThreadParker> {
 }
 
 fn thread_waker() -> Waker {
-    Waker::from(thread_parker())
+    own_waker(thread_parker(), &THREAD_WAKER_VTABLE)
+}
+
+/// The waker vtables of this crate's own wakers: statics, so that [`wakes_without_blocking`]
+/// can recognise them by address (a vtable made by `Waker::from` is a constant that each
+/// codegen unit may copy).
+static THREAD_WAKER_VTABLE: RawWakerVTable = vtable_of::<ThreadParker>();
+static DRIVE_WAKER_VTABLE: RawWakerVTable = vtable_of::<DriveWaker>();
+
+/// The vtable of a waker made of an `Arc<T>`: as `Waker::from` does, with [`WakeTrait`].
+const fn vtable_of<T: WakeTrait + Send + Sync + 'static>() -> RawWakerVTable {
+    unsafe fn clone<T: WakeTrait + Send + Sync + 'static>(data: *const ()) -> RawWaker {
+        // SAFETY: `data` is an `Arc<T>`'s pointer, whose count the waker holds one of.
+        unsafe { Arc::increment_strong_count(data.cast::<T>()) };
+        RawWaker::new(data, vtable_ref::<T>())
+    }
+    unsafe fn wake<T: WakeTrait + Send + Sync + 'static>(data: *const ()) {
+        // SAFETY: as above; `wake` consumes the waker's count.
+        WakeTrait::wake(unsafe { Arc::from_raw(data.cast::<T>()) });
+    }
+    unsafe fn wake_by_ref<T: WakeTrait + Send + Sync + 'static>(data: *const ()) {
+        // SAFETY: as above; the count stays the waker's (`ManuallyDrop`).
+        let arc = std::mem::ManuallyDrop::new(unsafe { Arc::from_raw(data.cast::<T>()) });
+        WakeTrait::wake_by_ref(&*arc);
+    }
+    unsafe fn drop<T: WakeTrait + Send + Sync + 'static>(data: *const ()) {
+        // SAFETY: as above; dropping the waker gives back its count.
+        unsafe { Arc::decrement_strong_count(data.cast::<T>()) };
+    }
+    RawWakerVTable::new(clone::<T>, wake::<T>, wake_by_ref::<T>, drop::<T>)
+}
+
+/// The static vtable of `T`'s wakers (one of the two above).
+fn vtable_ref<T: 'static>() -> &'static RawWakerVTable {
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<ThreadParker>() {
+        &THREAD_WAKER_VTABLE
+    } else {
+        &DRIVE_WAKER_VTABLE
+    }
+}
+
+/// A waker made of `arc` with `vtable` (one of this crate's statics, made for `T`).
+fn own_waker<T: WakeTrait + Send + Sync + 'static>(
+    arc: Arc<T>,
+    vtable: &'static RawWakerVTable,
+) -> Waker {
+    debug_assert!(std::ptr::eq(vtable, vtable_ref::<T>()));
+    let data = Arc::into_raw(arc).cast::<()>();
+    // SAFETY: `vtable` is `vtable_of::<T>()` and `data` an `Arc<T>`'s pointer with one count
+    // handed to the waker, as that vtable's functions expect; `T` is `Send + Sync`.
+    unsafe { Waker::from_raw(RawWaker::new(data, vtable)) }
+}
+
+/// Whether `waker` is one of this crate's own, whose wake-up never blocks and runs no user
+/// code: a thread's (sets a permit and unparks the thread) or `block_on`'s (sets a flag and
+/// wakes a task or a thread). A runtime may run those inline where another waker's wake-up,
+/// which may run anything, must run where blocking is allowed.
+///
+/// ```
+/// assert!(spindle_park::wakes_without_blocking(&spindle_park::waker()));
+/// assert!(!spindle_park::wakes_without_blocking(std::task::Waker::noop()));
+/// ```
+pub fn wakes_without_blocking(waker: &Waker) -> bool {
+    let vtable = waker.vtable();
+    std::ptr::eq(vtable, &THREAD_WAKER_VTABLE) || std::ptr::eq(vtable, &DRIVE_WAKER_VTABLE)
 }
 
 fn park_thread(deadline: Option<Instant>) -> Wake {

@@ -1052,14 +1052,15 @@ impl<T: Send + 'static> TaskPrefix<T> {
 }
 
 /// Wakes `waker` from code the worker runs on its own stack while a finished task is still its
-/// current one. A task's waker (the common case: a coroutine joining) only schedules; any
-/// other — a future's, polled by some executor — may run anything, a park included, so it runs
-/// as the worker's own code (a park parks the thread instead of "suspending" the finished
-/// coroutine from the wrong stack) and under `catch_unwind` (a panic in it must not unwind the
-/// worker; the panic hook has reported it).
+/// current one. A task's waker (the common case: a coroutine joining) only schedules, and a
+/// thread's only unparks: both are woken here. Any other — a future's, polled by some executor
+/// — may run anything, a blocking wait included, so it is woken in a cleanup coroutine (see
+/// `worker::in_cleanup_coroutine`), where a park parks that coroutine, not the worker.
 #[inline]
 fn wake_as_worker(waker: Waker) {
-    if ptr::eq(waker.vtable(), &WAKER_VTABLE) {
+    // A task's waker only schedules; a thread's or `block_on`'s (spindle-park's own) only sets
+    // a flag and unparks: inline. Any other may run anything, a blocking wait included.
+    if ptr::eq(waker.vtable(), &WAKER_VTABLE) || spindle_park::wakes_without_blocking(&waker) {
         waker.wake();
     } else {
         wake_foreign(waker);

@@ -44,9 +44,8 @@ impl Drop for SleepsOnDrop {
 /// with the task's yielder, which is null (the coroutine was never made) — a debug assertion
 /// that kills the worker thread here, a null dereference in release builds.
 ///
-/// Correct: the closure is dropped as the worker's own code (`worker::outside_coroutine`, as
-/// `finish_flagged` does for a detached value), its park parks the thread, and `join` returns
-/// `JoinError::NoStack`.
+/// Correct: the closure is dropped in a cleanup coroutine of its own (a park there parks that
+/// coroutine, not the worker), `join` returns `JoinError::NoStack`, and the worker runs on.
 #[test]
 fn a_closure_dropped_unrun_for_want_of_a_stack_may_park_in_its_destructor() {
     let rt = Runtime::builder()
@@ -81,6 +80,11 @@ fn a_closure_dropped_unrun_for_want_of_a_stack_may_park_in_its_destructor() {
         r.as_ref().is_err_and(|e| e.contains("could not start")),
         "{r:?}"
     );
+    // Dropped by the cleanup coroutine, which may run after the join has returned.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !dropped.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     assert!(dropped.load(Ordering::SeqCst), "the closure was dropped");
     assert_eq!(next, Some(7), "the worker runs on");
 }
@@ -111,9 +115,9 @@ impl Drop for UsesALocalOnDrop {
 /// (only the coroutine's own exit does). It lives as long as the task's block — here as long as
 /// the `Current` the destructor kept — and is dropped by whichever thread frees the task.
 ///
-/// Correct: outside a coroutine a key behaves as a thread-local (the docs), so the value
-/// belongs to the worker thread and is dropped when that thread exits (by `drop(rt)`);
-/// `try_current()` is `None` there.
+/// Correct: the closure is dropped in a cleanup coroutine, whose own locals take the value and
+/// drop it when it ends (by `drop(rt)` at the latest); `try_current()` there is that cleanup
+/// coroutine, never the task whose closure never ran.
 #[test]
 fn a_closure_dropped_unrun_for_want_of_a_stack_does_not_fill_the_dead_tasks_locals() {
     let rt = Runtime::builder()
@@ -128,13 +132,14 @@ fn a_closure_dropped_unrun_for_want_of_a_stack_does_not_fill_the_dead_tasks_loca
             let _u = u;
         })
         .unwrap();
+    let dead = h.id();
     let r = h.join();
     assert!(matches!(r, Err(JoinError::NoStack(_))), "{r:?}");
-    drop(rt); // the worker thread exits: its thread-locals are dropped
+    drop(rt); // every coroutine, the cleanup one included, has ended
     let current = CURRENT_IN_DROP.lock().unwrap().take();
     let dropped = LOCAL_DROPS.load(Ordering::SeqCst);
     assert!(
-        dropped == 1 && current.is_none(),
+        dropped == 1 && current.as_ref().is_none_or(|c| c.id() != dead),
         "after the runtime was dropped, the local made by the unrun closure's destructor was \
          dropped {dropped} time(s) (it sits in the dead task's locals, alive while the task \
          block is); try_current() in that destructor returned {current:?} (a task whose \

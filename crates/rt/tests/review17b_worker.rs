@@ -1,6 +1,6 @@
 //! Review 17 (second pass): the worker loop, `finish`'s wake-ups, `shutdown_timeout`.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -25,7 +25,8 @@ fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) 
 /// executor's wake-up path would). It records whether it saw itself inside a coroutine.
 struct BlockingWaker {
     woken: AtomicUsize,
-    saw_a_coroutine: AtomicBool,
+    /// The id of the coroutine the wake-up ran in, if any (0: none).
+    ran_in: AtomicU64,
 }
 
 impl Wake for BlockingWaker {
@@ -33,8 +34,8 @@ impl Wake for BlockingWaker {
         self.wake_by_ref();
     }
     fn wake_by_ref(self: &Arc<Self>) {
-        if spindle_rt::try_current().is_some() {
-            self.saw_a_coroutine.store(true, Ordering::SeqCst);
+        if let Some(current) = spindle_rt::try_current() {
+            self.ran_in.store(current.id(), Ordering::SeqCst);
         }
         let _ = spindle_rt::park_timeout(Duration::from_millis(1));
         self.woken.fetch_add(1, Ordering::SeqCst);
@@ -48,11 +49,11 @@ impl Wake for BlockingWaker {
 /// "suspends" the finished coroutine: `suspend_current` with a null yielder — a debug
 /// assertion that kills the worker thread, or a null dereference in a release build.
 ///
-/// Correct: wake-ups in `finish` run as the worker's own code, as the detached value's drop
-/// does: `try_current()` is `None` there, a park parks the thread, and the runtime keeps
-/// working.
+/// Correct: a foreign waker's wake-up in `finish` runs in a cleanup coroutine of its own, as
+/// the drop of a detached value may: `try_current()` there is never the finished coroutine, a
+/// park parks the cleanup coroutine, and the runtime keeps working.
 #[test]
-fn a_foreign_waker_woken_by_finish_runs_as_the_workers_own_code() {
+fn a_foreign_waker_woken_by_finish_never_runs_as_the_finished_coroutine() {
     let rt = Runtime::builder()
         .workers(1)
         .io(IoBackend::None)
@@ -62,9 +63,10 @@ fn a_foreign_waker_woken_by_finish_runs_as_the_workers_own_code() {
         spindle_rt::sleep(Duration::from_millis(200));
         7u32
     });
+    let finished = handle.id();
     let waker_state = Arc::new(BlockingWaker {
         woken: AtomicUsize::new(0),
-        saw_a_coroutine: AtomicBool::new(false),
+        ran_in: AtomicU64::new(0),
     });
     let waker = Waker::from(waker_state.clone());
     let mut cx = Context::from_waker(&waker);
@@ -83,8 +85,9 @@ fn a_foreign_waker_woken_by_finish_runs_as_the_workers_own_code() {
         alive.is_some(),
         "the worker died (or hangs) after finish woke a foreign waker that parked"
     );
-    assert!(
-        !waker_state.saw_a_coroutine.load(Ordering::SeqCst),
+    assert_ne!(
+        waker_state.ran_in.load(Ordering::SeqCst),
+        finished,
         "a waker woken by finish saw the finished coroutine as the current one"
     );
     assert_eq!(waker_state.woken.load(Ordering::SeqCst), 1);
