@@ -622,6 +622,7 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
         // thread's alternate signal stack: ask the OS, not the thread's cached answer. (An
         // error leaves overflow and growth without their handler stack, as at creation.)
         let _ = spindle_stack::prepare_thread_uncached();
+        crate::thread_exit::keep_linked();
         let mut escaped = None;
         while self.state != State::Finished {
             if S::COPYING {

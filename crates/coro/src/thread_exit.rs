@@ -44,6 +44,21 @@ pub(crate) fn thread_is_exiting() -> bool {
     EXITING.with(Cell::get)
 }
 
+/// Keeps this crate's `__cxa_thread_atexit_impl` in the executable: a `#[no_mangle]` function
+/// of an rlib is linked only if its object file is pulled in for another symbol, and std's
+/// reference to it is weak, which pulls nothing in. Called from a path that every program
+/// dropping a coroutine links (not run on the hot path).
+#[inline]
+pub(crate) fn keep_linked() {
+    #[cfg(all(
+        target_os = "linux",
+        target_env = "gnu",
+        not(target_feature = "crt-static"),
+        not(miri)
+    ))]
+    std::hint::black_box(marks::__cxa_thread_atexit_impl as *const ());
+}
+
 /// Makes sure the thread's exit will be noticed: a no-op where every thread-local destructor
 /// is marked (glibc); elsewhere the first call on a thread registers the sentinel.
 #[inline]
