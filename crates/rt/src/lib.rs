@@ -169,7 +169,7 @@
 #[cfg(not(any(feature = "sched-fifo", feature = "sched-rr", feature = "sched-ws")))]
 compile_error!(
     "spindle-rt needs at least one scheduling policy: enable the `sched-ws` (work-stealing, the \
-     default), `sched-rr` or `sched-fifo` feature (of spindle-rt, or of the spindle facade)"
+     default), `sched-rr` or `sched-fifo` feature (of spindle-rt, or of the spindles facade)"
 );
 
 mod blocking;

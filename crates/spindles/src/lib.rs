@@ -11,14 +11,14 @@
 //!
 //! ```
 //! # #[cfg(all(feature = "rt", feature = "sched-ws"))]
-//! # fn main() -> Result<(), spindle::BuildError> {
+//! # fn main() -> Result<(), spindles::BuildError> {
 //! use std::time::Duration;
 //!
-//! let rt = spindle::Runtime::builder().workers(2).build()?;
+//! let rt = spindles::Runtime::builder().workers(2).build()?;
 //! let sum = rt.block_on(|| {
 //!     // Blocking-style code in coroutines: each sleep suspends only its coroutine.
 //!     let handles: Vec<_> = (1..=10)
-//!         .map(|i| spindle::spawn(move || { spindle::sleep(Duration::from_millis(1)); i }))
+//!         .map(|i| spindles::spawn(move || { spindles::sleep(Duration::from_millis(1)); i }))
 //!         .collect();
 //!     handles.into_iter().map(|h| h.join().unwrap()).sum::<u32>()
 //! });
@@ -39,13 +39,13 @@
 //! # #[cfg(all(feature = "rt", feature = "sched-ws"))]
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::io::{Read, Write};
-//! use spindle::net::{TcpListener, TcpStream};
+//! use spindles::net::{TcpListener, TcpStream};
 //!
-//! let rt = spindle::Runtime::builder().workers(1).build()?;
+//! let rt = spindles::Runtime::builder().workers(1).build()?;
 //! let reply = rt.block_on(|| -> std::io::Result<String> {
 //!     let listener = TcpListener::bind("127.0.0.1:0")?;
 //!     let addr = listener.local_addr()?;
-//!     let server = spindle::spawn(move || -> std::io::Result<()> {
+//!     let server = spindles::spawn(move || -> std::io::Result<()> {
 //!         let (mut conn, _) = listener.accept()?;
 //!         let mut buf = [0; 5];
 //!         conn.read_exact(&mut buf)?;
@@ -70,7 +70,7 @@
 //! [`Coroutine`] and [`Generator`] are always there (no feature needed):
 //!
 //! ```
-//! use spindle::{Coroutine, CoroutineResult, Generator};
+//! use spindles::{Coroutine, CoroutineResult, Generator};
 //!
 //! let mut co = Coroutine::new(|y, first: i32| {
 //!     let second = y.suspend(first * 2);
@@ -81,7 +81,7 @@
 //!
 //! let squares: Vec<u64> = Generator::new(|y| (1..=4).for_each(|i| y.suspend(i * i)))?.collect();
 //! assert_eq!(squares, [1, 4, 9, 16]);
-//! # Ok::<(), spindle::stack::StackError>(())
+//! # Ok::<(), spindles::stack::StackError>(())
 //! ```
 //!
 //! # Async interop
@@ -91,11 +91,11 @@
 //!
 //! ```
 //! # #[cfg(all(feature = "rt", feature = "sched-ws"))]
-//! # fn main() -> Result<(), spindle::BuildError> {
-//! let rt = spindle::Runtime::builder().workers(1).build()?;
+//! # fn main() -> Result<(), spindles::BuildError> {
+//! let rt = spindles::Runtime::builder().workers(1).build()?;
 //! let n = rt.block_on(|| {
-//!     let child = spindle::spawn(|| 6 * 7);
-//!     spindle::block_on_future(async move { child.await.unwrap() })
+//!     let child = spindles::spawn(|| 6 * 7);
+//!     spindles::block_on_future(async move { child.await.unwrap() })
 //! });
 //! assert_eq!(n, 42);
 //! # Ok(())

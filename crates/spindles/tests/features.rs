@@ -4,7 +4,7 @@
 // The point of several assertions is which features this build has: constant per build.
 #![allow(clippy::assertions_on_constants)]
 
-use spindle::{Coroutine, CoroutineResult, Generator};
+use spindles::{Coroutine, CoroutineResult, Generator};
 
 /// Whether this build has exactly the facade's features. Cargo unifies features over the
 /// packages of one build: `cargo test --workspace` compiles spindle-rt etc. with their own
@@ -29,16 +29,16 @@ fn coroutines_and_generators_need_no_feature() {
 #[test]
 fn the_context_backend_is_the_one_selected() {
     if cfg!(feature = "context-boost") {
-        assert_eq!(spindle::context::BACKEND, "boost");
+        assert_eq!(spindles::context::BACKEND, "boost");
     } else if cfg!(all(target_arch = "x86_64", not(windows))) {
-        assert_ne!(spindle::context::BACKEND, "boost");
+        assert_ne!(spindles::context::BACKEND, "boost");
     }
 }
 
 #[cfg(feature = "stack-growable")]
 #[test]
 fn growable_stacks_with_stack_growable() {
-    let stack = spindle::stack::GrowableStack::new(16 * 1024, 1024 * 1024);
+    let stack = spindles::stack::GrowableStack::new(16 * 1024, 1024 * 1024);
     if cfg!(unix) {
         stack.unwrap();
     }
@@ -47,8 +47,8 @@ fn growable_stacks_with_stack_growable() {
 #[cfg(not(feature = "stack-growable"))]
 #[test]
 fn a_growable_pool_without_stack_growable_names_the_feature() {
-    let err = spindle::stack::StackPool::new(spindle::stack::PoolConfig {
-        kind: spindle::stack::PoolKind::Growable { initial: 16 * 1024 },
+    let err = spindles::stack::StackPool::new(spindles::stack::PoolConfig {
+        kind: spindles::stack::PoolKind::Growable { initial: 16 * 1024 },
         ..Default::default()
     })
     .err();
@@ -61,7 +61,7 @@ fn a_growable_pool_without_stack_growable_names_the_feature() {
 #[cfg(feature = "stack-shared")]
 #[test]
 fn shared_stacks_with_stack_shared() {
-    let region = spindle::stack::SharedStack::new(64 * 1024).unwrap();
+    let region = spindles::stack::SharedStack::new(64 * 1024).unwrap();
     // SAFETY: the coroutine lends nothing on its stack to anyone.
     let mut co = unsafe {
         Coroutine::<(), u8, u8, _>::with_shared_stack(&region, |y, ()| {
@@ -76,7 +76,7 @@ fn shared_stacks_with_stack_shared() {
 #[cfg(feature = "sync")]
 #[test]
 fn sync_works_on_plain_threads() {
-    let m = std::sync::Arc::new(spindle::sync::Mutex::new(0));
+    let m = std::sync::Arc::new(spindles::sync::Mutex::new(0));
     let threads: Vec<_> = (0..4)
         .map(|_| {
             let m = m.clone();
@@ -92,9 +92,9 @@ mod rt {
     use std::time::Duration;
 
     use super::exact;
-    use spindle::{BuildError, IoBackend, Policy, Runtime, StackKind};
+    use spindles::{BuildError, IoBackend, Policy, Runtime, StackKind};
 
-    fn one_worker() -> spindle::RuntimeBuilder {
+    fn one_worker() -> spindles::RuntimeBuilder {
         Runtime::builder().workers(1).io(IoBackend::None)
     }
 
@@ -104,8 +104,8 @@ mod rt {
         let sum = rt.block_on(|| {
             let hs: Vec<_> = (0..8)
                 .map(|i| {
-                    spindle::spawn(move || {
-                        spindle::sleep(Duration::from_millis(1));
+                    spindles::spawn(move || {
+                        spindles::sleep(Duration::from_millis(1));
                         i
                     })
                 })
@@ -151,7 +151,7 @@ mod rt {
                         !exact() || cfg!(feature = "sched-ws") || policy != Policy::WorkStealing
                     );
                     assert_eq!(rt.metrics().policy, name);
-                    assert_eq!(rt.block_on(|| spindle::spawn(|| 7).join().unwrap()), 7);
+                    assert_eq!(rt.block_on(|| spindles::spawn(|| 7).join().unwrap()), 7);
                 }
                 Err(BuildError::NotCompiled { feature, .. }) => {
                     assert!(!policy.is_compiled_in());
@@ -182,7 +182,7 @@ mod rt {
         match built {
             Ok(rt) => {
                 assert!(cfg!(feature = "stack-growable") || !exact());
-                assert_eq!(rt.block_on(|| spindle::spawn(|| 1).join().unwrap()), 1);
+                assert_eq!(rt.block_on(|| spindles::spawn(|| 1).join().unwrap()), 1);
             }
             Err(BuildError::NotCompiled { feature, .. }) => {
                 assert!(!cfg!(feature = "stack-growable"));
@@ -197,7 +197,7 @@ mod rt {
         let rt = one_worker().build().unwrap();
         let result = rt.block_on(|| {
             // SAFETY: the coroutine lends nothing on its stack to anyone.
-            let b = unsafe { spindle::rt::Builder::new().shared_stack() };
+            let b = unsafe { spindles::rt::Builder::new().shared_stack() };
             b.spawn(|| 5).map(|h| h.join().unwrap())
         });
         match result {
@@ -252,15 +252,15 @@ mod rt {
         use std::io::{Read, Write};
         let rt = Runtime::builder().workers(1).build().unwrap();
         let got = rt.block_on(|| -> std::io::Result<String> {
-            let listener = spindle::net::TcpListener::bind("127.0.0.1:0")?;
+            let listener = spindles::net::TcpListener::bind("127.0.0.1:0")?;
             let addr = listener.local_addr()?;
-            let server = spindle::spawn(move || -> std::io::Result<()> {
+            let server = spindles::spawn(move || -> std::io::Result<()> {
                 let (mut conn, _) = listener.accept()?;
                 let mut buf = [0; 6];
                 conn.read_exact(&mut buf)?;
                 conn.write_all(&buf)
             });
-            let mut client = spindle::net::TcpStream::connect(&addr)?;
+            let mut client = spindles::net::TcpStream::connect(&addr)?;
             client.write_all(b"facade")?;
             let mut back = String::new();
             client.read_to_string(&mut back)?;
@@ -275,8 +275,8 @@ mod rt {
     fn channels_between_coroutines() {
         let rt = Runtime::builder().workers(2).build().unwrap();
         let total = rt.block_on(|| {
-            let (tx, rx) = spindle::sync::mpsc::channel::<u32>();
-            let producer = spindle::spawn(move || {
+            let (tx, rx) = spindles::sync::mpsc::channel::<u32>();
+            let producer = spindles::spawn(move || {
                 for i in 0..100 {
                     tx.send(i).unwrap();
                 }
@@ -297,8 +297,8 @@ mod rt {
         use std::io::{Read, Write};
         let rt = Runtime::builder().workers(1).build().unwrap();
         let got = rt.block_on(|| -> std::io::Result<Vec<u8>> {
-            let (mut r, mut w) = spindle::io::pipe()?;
-            let writer = spindle::spawn(move || w.write_all(b"facade"));
+            let (mut r, mut w) = spindles::io::pipe()?;
+            let writer = spindles::spawn(move || w.write_all(b"facade"));
             let mut buf = Vec::new();
             r.read_to_end(&mut buf)?;
             writer.join().unwrap()?;
