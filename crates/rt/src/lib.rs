@@ -97,7 +97,7 @@
 //!
 //! The `spindle` facade has the same feature names and forwards them.
 //!
-//! # Migration and thread-locals (DESIGN.md invariant 2)
+//! # Migration and thread-locals
 //!
 //! A coroutine's stack may hold references into thread-locals, `Rc`s, or addresses the compiler
 //! computed from a thread-local before a switch. So a coroutine spawned with the safe API may
@@ -154,6 +154,7 @@
 //! move. Coroutines waiting on that worker's timers (a sleep, any deadline) or IO, migratable
 //! ones too, wait for it: only a worker fires its own timers and polls its own driver.
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // Builds that leave a feature out leave some shared helpers unused.
 #![cfg_attr(
     not(all(
@@ -206,3 +207,8 @@ pub use runtime::{BuildError, Handle, Policy, Runtime, RuntimeBuilder, StackKind
 pub use scope::{Scope, ScopedJoinHandle, scope};
 pub use spawn::{Builder, spawn};
 pub use time::{sleep, sleep_until};
+
+/// The examples of the crate's README.md, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -153,6 +153,7 @@
 //! are *everything* it has; this facade depends on them with `default-features = false` and
 //! forwards the features above, so a facade feature set compiles exactly what it names.
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use spindle_context as context;
 pub use spindle_coro as coro;

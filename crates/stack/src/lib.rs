@@ -66,6 +66,7 @@
 //! # }
 //! ```
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // Builds that leave a feature out leave some shared helpers unused.
 #![cfg_attr(
     not(all(feature = "growable", feature = "shared")),
@@ -230,3 +231,8 @@ pub unsafe trait Stack {
     /// will resume it again.
     unsafe fn after_finish(&self) {}
 }
+
+/// The examples of the crate's README.md, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -479,8 +479,8 @@ impl<T> Chan<T> {
     /// Inlined with nothing but the wait in it (trying, registering and finishing are out of
     /// line): the park's switch then sits one frame (the runtime's park hook) below the
     /// caller, and each frame a resumed coroutine returns from is a mispredicted return (the
-    /// CPU's return-stack predictor holds its worker's addresses; see `spindle_rt`'s
-    /// ARCHITECTURE notes): −12 % on a round trip between two coroutines.
+    /// CPU's return-stack predictor holds its worker's addresses; see the
+    /// cost model of `spindle_context`), which shows on a round trip between two coroutines.
     #[inline(always)]
     pub(crate) fn send_until(
         &self,
