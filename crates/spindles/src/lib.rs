@@ -229,3 +229,8 @@ pub use spindle_rt::{
     BuildError, Handle, IoBackend, JoinError, JoinHandle, Metrics, Policy, Runtime, RuntimeBuilder,
     StackKind, block_on_future, blocking, scope, sleep, sleep_until, spawn, yield_now,
 };
+
+/// The examples of the README (the repository's front page), run as doctests.
+#[cfg(all(doctest, feature = "rt", feature = "sched-ws", feature = "sync"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
