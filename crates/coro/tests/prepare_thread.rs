@@ -1,6 +1,6 @@
-//! review17: resuming a coroutine does not prepare the resuming thread (`prepare_thread`), so on
-//! a thread without an alternate signal stack a growable stack cannot grow (the process dies
-//! of SIGSEGV) and a guarded stack's overflow dies without the promised message.
+//! Resuming a coroutine prepares the resuming thread (`prepare_thread`): without an alternate
+//! signal stack a growable stack could not grow (the process would die of SIGSEGV) and a guarded
+//! stack's overflow would die without the promised message.
 //!
 //! `spindle-stack`'s docs say "The coroutine crate calls it [`prepare_thread`] on every thread
 //! that resumes coroutines", but `spindle-coro` calls it only when a coroutine is *built*
@@ -24,7 +24,7 @@ fn run_child(test: &str) -> (std::process::ExitStatus, String) {
 fn run_child_with(test: &str, prepare: bool) -> (std::process::ExitStatus, String) {
     let mut command = Command::new(std::env::current_exe().unwrap());
     if prepare {
-        command.env("REVIEW17_PREPARE", "1");
+        command.env("SPINDLE_TEST_PREPARE", "1");
     }
     let out = command
         .args([
@@ -34,7 +34,7 @@ fn run_child_with(test: &str, prepare: bool) -> (std::process::ExitStatus, Strin
             "--test-threads=1",
             "--ignored",
         ])
-        .env("REVIEW17_CHILD", test)
+        .env("SPINDLE_TEST_CHILD", test)
         .output()
         .expect("spawn the test binary");
     (
@@ -44,7 +44,7 @@ fn run_child_with(test: &str, prepare: bool) -> (std::process::ExitStatus, Strin
 }
 
 fn is_child(test: &str) -> bool {
-    std::env::var("REVIEW17_CHILD").as_deref() == Ok(test)
+    std::env::var("SPINDLE_TEST_CHILD").as_deref() == Ok(test)
 }
 
 #[inline(never)]
@@ -65,7 +65,7 @@ extern "C" fn raw_thread_main(arg: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: `arg` is the `Box<Co>` leaked by the spawner.
     let co = unsafe { Box::from_raw(arg.cast::<Co>()) };
     let mut co = co.into_inner();
-    if std::env::var_os("REVIEW17_PREPARE").is_some() {
+    if std::env::var_os("SPINDLE_TEST_PREPARE").is_some() {
         // Control: with the thread prepared by hand, the same program works.
         spindle_stack::prepare_thread().unwrap();
     }

@@ -1,6 +1,6 @@
-//! review17: dropping a coroutine whose cleanup code suspends (a destructor that calls
-//! `Yielder::suspend`, e.g. to wait for something before releasing a resource) aborted the
-//! whole process with Rust's "panic in a destructor during cleanup", although no user code
+//! Dropping a coroutine whose cleanup code suspends (a destructor that calls
+//! `Yielder::suspend`, e.g. to wait for something before releasing a resource) must not abort
+//! the whole process with Rust's "panic in a destructor during cleanup" when no user code
 //! panicked.
 //!
 //! The forced unwind runs the destructor; its `suspend` switched back to the dropping side,
@@ -25,14 +25,14 @@ impl Drop for SuspendOnDrop<'_> {
 #[test]
 #[ignore = "child process of dropping_a_coroutine_whose_destructor_suspends_aborts_clearly"]
 fn child_suspend_in_drop() {
-    if std::env::var("REVIEW17_CHILD").as_deref() != Ok("child_suspend_in_drop") {
+    if std::env::var("SPINDLE_TEST_CHILD").as_deref() != Ok("child_suspend_in_drop") {
         return;
     }
     let body = |y: &Yielder<(), u32>, ()| {
         let _guard = SuspendOnDrop(y);
         y.suspend(1);
     };
-    let mut co = if std::env::var_os("REVIEW17_ALLOW").is_some() {
+    let mut co = if std::env::var_os("SPINDLE_TEST_ALLOW").is_some() {
         // The opt-in for suspending in a panic's unwind does not cover a forced unwind.
         Builder::new().allow_suspend_while_unwinding().build(body)
     } else {
@@ -58,7 +58,7 @@ fn it_aborts_clearly_even_if_the_builder_allows_suspending_while_unwinding() {
 fn check_child(allow: bool) {
     let mut command = Command::new(std::env::current_exe().unwrap());
     if allow {
-        command.env("REVIEW17_ALLOW", "1");
+        command.env("SPINDLE_TEST_ALLOW", "1");
     }
     let out = command
         .args([
@@ -67,7 +67,7 @@ fn check_child(allow: bool) {
             "--nocapture",
             "--ignored",
         ])
-        .env("REVIEW17_CHILD", "child_suspend_in_drop")
+        .env("SPINDLE_TEST_CHILD", "child_suspend_in_drop")
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

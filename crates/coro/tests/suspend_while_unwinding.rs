@@ -1,5 +1,5 @@
-//! review17: a coroutine that suspends while it is unwinding from a panic (a destructor on its
-//! stack calls `Yielder::suspend`) leaked the thread's "panicking" state into the resumer.
+//! A coroutine that suspends while it is unwinding from a panic (a destructor on its stack
+//! calls `Yielder::suspend`) must not leak the thread's "panicking" state into the resumer.
 //!
 //! Rust's panic count is per *thread*, and the coroutine's unwind is only half done when it
 //! suspends, so after `resume` returned `Yield`, `std::thread::panicking()` was true in the
@@ -29,7 +29,7 @@ impl Drop for SuspendOnDrop<'_> {
 #[test]
 #[ignore = "child process of a_suspend_while_unwinding_aborts_before_the_resumer_sees_it"]
 fn child_suspend_while_unwinding() {
-    if std::env::var("REVIEW17_CHILD").as_deref() != Ok("child_suspend_while_unwinding") {
+    if std::env::var("SPINDLE_TEST_CHILD").as_deref() != Ok("child_suspend_while_unwinding") {
         return;
     }
     let mut co = Coroutine::new(|y: &Yielder<(), u32>, ()| {
@@ -60,7 +60,7 @@ fn a_suspend_while_unwinding_aborts_before_the_resumer_sees_it() {
             "--nocapture",
             "--ignored",
         ])
-        .env("REVIEW17_CHILD", "child_suspend_while_unwinding")
+        .env("SPINDLE_TEST_CHILD", "child_suspend_while_unwinding")
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

@@ -1,5 +1,5 @@
-//! review17: a coroutine dropped (or resumed) from a thread-local destructor cannot grow its
-//! growable stack: the process dies of SIGSEGV.
+//! A coroutine dropped (or resumed) from a thread-local destructor must still be able to grow
+//! its growable stack (without an alternate signal stack the process would die of SIGSEGV).
 //!
 //! When a `std::thread` finishes, std frees (and disables) the thread's alternate signal stack
 //! *before* thread-local destructors run. `spindle_stack::prepare_thread` caches "this thread
@@ -59,10 +59,10 @@ fn make() -> Co {
 #[test]
 #[ignore = "child process of a_coroutine_in_a_thread_local_can_be_dropped_at_thread_exit"]
 fn child_thread_exit() {
-    if std::env::var("REVIEW17_CHILD").as_deref() != Ok("child_thread_exit") {
+    if std::env::var("SPINDLE_TEST_CHILD").as_deref() != Ok("child_thread_exit") {
         return;
     }
-    let early = std::env::var_os("REVIEW17_EARLY").is_some();
+    let early = std::env::var_os("SPINDLE_TEST_EARLY").is_some();
     std::thread::spawn(move || {
         let co = make();
         if early {
@@ -79,11 +79,11 @@ fn child_thread_exit() {
 fn run(early: bool) -> (std::process::ExitStatus, String) {
     let mut command = Command::new(std::env::current_exe().unwrap());
     if early {
-        command.env("REVIEW17_EARLY", "1");
+        command.env("SPINDLE_TEST_EARLY", "1");
     }
     let out = command
         .args(["child_thread_exit", "--exact", "--nocapture", "--ignored"])
-        .env("REVIEW17_CHILD", "child_thread_exit")
+        .env("SPINDLE_TEST_CHILD", "child_thread_exit")
         .output()
         .unwrap();
     (

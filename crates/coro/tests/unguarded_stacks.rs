@@ -1,4 +1,5 @@
-//! review17: a *safe* caller could corrupt memory it does not own through an unguarded stack.
+//! Unguarded stacks: a *safe* caller must not be able to corrupt memory it does not own through
+//! a stack without a guard page.
 //!
 //! `FixedStack::with_guard(size, 0)` was a safe constructor that made a stack with no guard,
 //! and `Coroutine::with_stack` (safe) runs arbitrary safe code on it: a coroutine whose frames

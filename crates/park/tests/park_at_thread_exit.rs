@@ -1,4 +1,4 @@
-//! Review 17: parking a plain thread from a thread-local destructor.
+//! Parking a plain thread from a thread-local destructor.
 //!
 //! `thread_parker()` falls back to a *fresh* `ThreadParker` on every call once the thread's
 //! `THREAD_PARKER` has been destroyed (a thread-local destructor that runs after it). A waker

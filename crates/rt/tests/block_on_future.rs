@@ -1,4 +1,4 @@
-//! Review 17: `spindle_park::block_on` (`spindle_rt::block_on_future`) with a future that wakes
+//! `spindle_park::block_on` (`spindle_rt::block_on_future`) with a future that wakes
 //! itself synchronously.
 //!
 //! A future that yields the async way — wakes its own waker and returns `Pending`

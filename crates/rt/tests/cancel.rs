@@ -1,4 +1,4 @@
-//! Review 17: cancellation paths.
+//! Cancellation paths.
 //!
 //! * A coroutine whose closure is dropped unrun because no stack could be had
 //!   (`JoinError::NoStack`) has that closure dropped by the worker while the task is still the

@@ -1,4 +1,4 @@
-//! Review 17: a `CancelGuard` moved from one coroutine to another on the same worker.
+//! A `CancelGuard` moved from one coroutine to another on the same worker.
 //!
 //! `CancelGuard` is `!Send`, but a thread-local carries it between two coroutines of one
 //! worker (safe code). Its `Drop` decrements the depth of whichever coroutine runs when it is

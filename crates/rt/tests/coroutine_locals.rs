@@ -1,4 +1,4 @@
-//! Review 17: `coroutine_local!` re-entrancy.
+//! `coroutine_local!` re-entrancy.
 //!
 //! `Locals::get_or_init` (src/local.rs) runs the initialiser with no borrow of the map, as
 //! its comment says, so that an initialiser may use other locals "or, through them, this one:
@@ -91,7 +91,7 @@ spindle_rt::coroutine_local! {
 #[test]
 #[ignore = "child process of a_discarded_initial_value_whose_destructor_uses_locals_is_not_a_use_after_free"]
 fn child_reentrant_local_init() {
-    if std::env::var_os("SPINDLE_R17_CHILD").is_none() {
+    if std::env::var_os("SPINDLE_TEST_CHILD").is_none() {
         return;
     }
     let rt = Runtime::builder()
@@ -120,7 +120,7 @@ fn a_discarded_initial_value_whose_destructor_uses_locals_is_not_a_use_after_fre
             "--nocapture",
             "--test-threads=1",
         ])
-        .env("SPINDLE_R17_CHILD", "1")
+        .env("SPINDLE_TEST_CHILD", "1")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -1,6 +1,6 @@
-//! Review (session 17) of the IO path. Each test here failed on the code as reviewed (except
-//! the last, which guards the fix of the one before it); each says what it shows and what the
-//! correct behaviour is.
+//! Accepting connections: io_uring's multishot accept (armed by one task, used by another, on
+//! a cloned listener, bounded read-ahead) and Unix-socket accept under `EMFILE`. Each test says
+//! what it shows and what the correct behaviour is.
 #![cfg(target_os = "linux")]
 
 mod common;
@@ -76,11 +76,11 @@ fn unix_accept_under_emfile(mode: &str) {
     in_child("child_unix_emfile", mode);
 }
 
-/// Runs the ignored test `child` alone in a child process (with `SPINDLE_R17_MODE=mode`).
+/// Runs the ignored test `child` alone in a child process (with `SPINDLE_TEST_MODE=mode`).
 fn in_child(child: &str, mode: &str) {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--ignored", "--exact", child, "--nocapture"])
-        .env("SPINDLE_R17_MODE", mode)
+        .env("SPINDLE_TEST_MODE", mode)
         .output()
         .unwrap();
     assert!(
@@ -113,9 +113,9 @@ fn unix_accept_under_emfile_does_not_spin_uring() {
 #[test]
 #[ignore = "run by unix_accept_under_emfile_* in a child process"]
 fn child_unix_emfile() {
-    let mode = std::env::var("SPINDLE_R17_MODE").expect("run by the parent test");
+    let mode = std::env::var("SPINDLE_TEST_MODE").expect("run by the parent test");
     let case = || {
-        let dir = std::env::temp_dir().join(format!("spindle-r17-emfile-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("spindle-test-emfile-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("sock");
         let _ = std::fs::remove_file(&path);

@@ -1,4 +1,4 @@
-//! Review 17b: what a long-lived source keeps of the runtimes it met.
+//! What a long-lived IO source keeps of the runtimes it met.
 #![cfg(target_os = "linux")]
 
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -1,5 +1,6 @@
-//! Review (session 12) of the Linux IO path: readiness bits that outlived what they reported,
-//! timeouts that must fire, and a gathering TCP write that raised `SIGPIPE`. Each test here failed before its fix, except where it says.
+//! The Linux IO path: readiness bits that must not outlive what they reported, errors that are
+//! not sticky, timeouts that must fire, positioned IO beyond the kernel's offsets, and gathering
+//! TCP writes that must not raise `SIGPIPE`.
 #![cfg(target_os = "linux")]
 
 mod common;
@@ -279,7 +280,7 @@ mod sigpipe {
 /// position stood.
 fn positioned_io_beyond_the_kernels_offsets(io: Option<IoBackend>) {
     let path = std::env::temp_dir().join(format!(
-        "spindle-review12-offset-{}-{io:?}",
+        "spindle-test-offset-{}-{io:?}",
         std::process::id()
     ));
     std::fs::write(&path, b"hello").unwrap();

@@ -1,4 +1,4 @@
-//! Review 12: joining coroutines — `JoinHandle::join` after its `Future` impl returned the
+//! Joining coroutines: `JoinHandle::join` after its `Future` impl returned the
 //! result, a scope that took a child's panic from under a live handle, and
 //! `block_on_future` whose wake-up was eaten by a park inside its future's `poll` (a nested
 //! `block_on_future`, a `join`, a `sleep`). Each wait that used to hang runs on a watchdog

@@ -1,4 +1,4 @@
-//! Review 17 (second pass): joining one's own handle through its `Future`.
+//! Joining one's own handle through its `Future`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

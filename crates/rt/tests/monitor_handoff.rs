@@ -1,4 +1,4 @@
-//! Review 17 (second pass): the monitor's hand-off of a stuck worker's migratable coroutines.
+//! The monitor's hand-off of a stuck worker's migratable coroutines.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};

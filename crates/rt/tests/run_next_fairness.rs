@@ -1,5 +1,4 @@
-//! Review 12 (scheduling): fairness of the work-stealing policy's run-next slot as the runtime
-//! drives it.
+//! Fairness of the work-stealing policy's run-next slot as the runtime drives it.
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Waker;

@@ -1,4 +1,4 @@
-//! Review 17: a scope keeps every child it ever spawned until it returns.
+//! A scope must not keep every child it ever spawned until it returns.
 //!
 //! `Scope::spawn` pushes each child's task (a counted reference: the task's whole block, its
 //! header, join cell and body) onto `Children::tasks`, and nothing takes a finished child off

@@ -1,11 +1,11 @@
-//! Review 17: `scope` on a worker thread outside a coroutine.
+//! `scope` on a worker thread outside a coroutine.
 //!
 //! `scope`'s docs say it works "in a coroutine ... or on a worker thread of a runtime". On a
 //! worker thread outside a coroutine (code the worker runs as its own: a detached coroutine's
 //! value dropped when the coroutine finishes, `task::finish_flagged`) the children are pushed to
 //! that worker's queues and the scope parks the *thread* waiting for them: on a runtime of one
-//! worker nobody else can run them, a deadlock (the same one review 12 fixed for
-//! `Runtime::block_on`, which now panics there). With round-robin the children dealt to the
+//! worker nobody else can run them, a deadlock (the same one
+//! `Runtime::block_on` avoids by panicking there). With round-robin the children dealt to the
 //! blocked worker hang on any number of workers.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -61,7 +61,7 @@ fn a_scope_on_a_worker_thread_outside_coroutines_does_not_deadlock_the_worker() 
     }
 }
 
-/// (For `review17_scope_mem`'s fix.) The pruning that keeps a scope's list of children short
+/// (See `scope_memory.rs`.) The pruning that keeps a scope's list of children short
 /// must keep what the scope still needs: a finished child's panic that no handle took,
 /// propagated from `scope` however many children finished after it (past 64 children, spawns
 /// prune the list now and then).

@@ -1,4 +1,4 @@
-//! Review 17: shutdown.
+//! Shutdown.
 //!
 //! * Dropping the runtime on one of its own blocking-pool threads (inside
 //!   `spindle_rt::blocking`, the obvious way out of the "dropped by one of its own coroutines"

@@ -1,4 +1,4 @@
-//! Review 17: threads left running after the runtime is dropped.
+//! No threads left running after the runtime is dropped.
 //!
 //! `Runtime::shutdown` joins the workers and the monitor but only *tells* the blocking pool to
 //! stop (`BlockingPool::shutdown`: a flag and a `notify_all`); its threads are detached and

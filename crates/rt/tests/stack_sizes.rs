@@ -1,4 +1,4 @@
-//! Review 17 (second pass): stacks of a per-coroutine size (`Builder::stack_size`).
+//! Stacks of a per-coroutine size (`Builder::stack_size`).
 #![cfg(target_os = "linux")]
 
 use std::collections::HashMap;

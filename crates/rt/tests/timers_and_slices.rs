@@ -1,4 +1,4 @@
-//! Review 17 (second pass): timers of migrated coroutines, time slices.
+//! Timers of migrated coroutines, time slices.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};

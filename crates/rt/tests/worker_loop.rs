@@ -1,4 +1,4 @@
-//! Review 17 (second pass): the worker loop, `finish`'s wake-ups, `shutdown_timeout`.
+//! The worker loop, `finish`'s wake-ups, `shutdown_timeout`.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};

@@ -1,4 +1,4 @@
-//! Review 12: the idle protocol and the policies, step by step on one thread (each step is what
+//! The idle protocol and the policies, step by step on one thread (each step is what
 //! one of the threads named in the comments does, in an order real threads can take).
 #![cfg(not(loom))]
 #![cfg(all(feature = "fifo", feature = "round-robin", feature = "work-stealing"))]

@@ -1,5 +1,5 @@
-//! review17: with `thread_cache: 0`, every recycle trims the stack (one `madvise` per
-//! coroutine), whatever `trim_every` and `trim_when_shared` say.
+//! With `thread_cache: 0`, a recycle must not trim the stack every time (one `madvise` per
+//! coroutine) whatever `trim_every` and `trim_when_shared` say.
 //!
 //! `PoolConfig::trim_when_shared` (false) promises: trimmed "only every `trim_every`-th
 //! recycle, and when a thread's cache is flushed", and `trim_every` (256) promises a trim every

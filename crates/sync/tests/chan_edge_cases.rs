@@ -1,4 +1,4 @@
-//! Channel behaviours found by the session-12 review of `chan/`, `select.rs` and `oneshot.rs`.
+//! Channel edge cases: `chan/`, `select.rs` and `oneshot.rs`.
 #![cfg(not(any(loom, miri)))]
 
 mod common;

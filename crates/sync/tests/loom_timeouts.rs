@@ -1,9 +1,9 @@
-//! Session 12's review of the wait primitives with 3 preemptions: small models (2-3 threads)
+//! The wait primitives with 3 preemptions: small models (2-3 threads)
 //! of a timeout or a cancellation racing a grant, for every primitive that grants something
 //! (permits, a lock, a notification), with conservation checked at the end (permits, the lock
 //! free, the queue empty; a stranded waiter is a loom deadlock).
 //!
-//! `RUSTFLAGS="--cfg loom -C overflow-checks=on" LOOM_MAX_PREEMPTIONS=2 cargo test -p spindle-sync --release --test loom_review12_locks`
+//! `RUSTFLAGS="--cfg loom -C overflow-checks=on" LOOM_MAX_PREEMPTIONS=2 cargo test -p spindle-sync --release --test loom_timeouts`
 #![cfg(loom)]
 
 mod loom_common;

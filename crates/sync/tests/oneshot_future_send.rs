@@ -1,4 +1,4 @@
-//! Review 17: `oneshot::Receiver::recv_async`'s future is `!Send` (it holds `&Inner<T>`, and
+//! `oneshot::Receiver::recv_async`'s future is `!Send` (it holds `&Inner<T>`, and
 //! `Inner<T>` is not `Sync`: its `DataCell`s are `UnsafeCell`s with no `Sync` impl), although the
 //! receiver it borrows is `Sync` for `T: Send` and every other future of the crate (the channels'
 //! `RecvFuture`/`SendFuture`, the lock futures, `rx.await`'s `ReceiverFuture`) is `Send`. So

@@ -1,4 +1,4 @@
-//! Review 17: a `select` receive arm can take a message out of order.
+//! A `select` receive arm must not take a message out of order.
 //!
 //! `Chan::register_recv` queues the select's entry even when the buffer is not empty (a message
 //! arrived between the select's `try_now` and its registration), and only reports "ready": the

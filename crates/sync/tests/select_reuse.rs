@@ -1,8 +1,8 @@
-//! Review 17: waiting again on the same `Select` overwrites (and drops) what a receive arm got
+//! Waiting again on the same `Select` overwrites (and drops) what a receive arm got
 //! in an earlier wait. The caller cannot read an arm's `out` between two waits (the `Select`
 //! borrows it mutably until it is dropped), so the message received by the first wait is lost:
 //! taken out of the channel, then dropped by the second wait's store into the same `out`.
-//! The docs say "Waiting again on the same `Select` retries its arms" (and `review12_chan.rs`
+//! The docs say "Waiting again on the same `Select` retries its arms" (and `chan_edge_cases.rs`
 //! waits twice on one `Select`); like a spent send arm, a receive arm whose `out` already holds
 //! a result must not complete again.
 #![cfg(not(any(loom, miri)))]

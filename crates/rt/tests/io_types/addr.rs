@@ -1,5 +1,4 @@
-//! Review 17b: `spindle_io::net::ToSocketAddrs` against std's.
-#![cfg(target_os = "linux")]
+//! `spindle_io::net::ToSocketAddrs` against std's.
 
 /// `(host, port)` with an IPv6 literal whose zone is an interface name ("fe80::1%lo"): std
 /// hands the host to `getaddrinfo` as it is, which resolves it (scope id = the interface's

@@ -1,7 +1,6 @@
-//! Review 17b: datagram sockets on io_uring from a coroutine on a copying (shared) stack.
-#![cfg(target_os = "linux")]
+//! Datagram sockets on io_uring from a coroutine on a copying (shared) stack.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

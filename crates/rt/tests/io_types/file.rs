@@ -1,7 +1,6 @@
-//! Review 17b: `fs::File` shared by coroutines (`Read`/`Write` for `&File`) on io_uring.
-#![cfg(target_os = "linux")]
+//! `fs::File` shared by coroutines (`Read`/`Write` for `&File`) on io_uring.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -13,7 +12,7 @@ const READERS: usize = 4;
 const BLOCK: usize = 4096;
 
 fn temp(name: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("spindle-r17b-{name}-{}", std::process::id()))
+    std::env::temp_dir().join(format!("spindle-test-{name}-{}", std::process::id()))
 }
 
 /// Coroutines read one file through `&File` (`Read for &File`) at the file position, the file

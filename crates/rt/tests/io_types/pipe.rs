@@ -1,7 +1,6 @@
-//! Review 17b: `PipeReader` takes a short read for a drained queue.
-#![cfg(target_os = "linux")]
+//! `PipeReader` takes a short read for a drained queue.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};

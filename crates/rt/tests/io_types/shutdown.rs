@@ -1,7 +1,6 @@
-//! Review 17b: a wait in a registration whose driver shuts down.
-#![cfg(target_os = "linux")]
+//! A wait in a registration whose driver shuts down.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::sync::Arc;

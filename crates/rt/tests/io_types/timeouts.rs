@@ -1,5 +1,4 @@
-//! Review 17b: read timeouts that std carries and spindle's sockets drop.
-#![cfg(target_os = "linux")]
+//! Read timeouts that std carries and spindle's sockets drop.
 
 use std::sync::mpsc;
 use std::time::Duration;

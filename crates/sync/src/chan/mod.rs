@@ -1115,7 +1115,7 @@ mod tests {
     /// A select's receive that registers while the buffer holds a message is ready and not
     /// queued: a send in the gap before the select aborts its record goes into the buffer,
     /// behind that message, instead of being handed to the select (which then received the
-    /// newer message first; review 17). Deterministic form of `tests/review17_select_fifo.rs`.
+    /// newer message first). Deterministic form of `tests/select_order.rs`.
     #[test]
     fn a_ready_select_receive_is_not_queued() {
         let chan = Chan::<u32>::new(None);
