@@ -130,7 +130,9 @@ pub fn main(args: &[String]) -> Result<ExitCode, String> {
     let mut run = Command::new(&main_bin);
     run.args(args);
     if markdown.is_some() && runs_suite(args) && json_report.is_none() {
-        let path = target_dir()?.join("bench").join(format!("{}.json", args[0]));
+        let path = target_dir()?
+            .join("bench")
+            .join(format!("{}.json", args[0]));
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;

@@ -192,16 +192,25 @@ mod tests {
         let table = render(&suite, &rows, "2026-01-02");
         assert!(table.contains("on 2026-01-02"), "{table}");
         assert!(table.contains("| bench | unit | spindle | corosensei | generator | tokio |"));
-        assert!(table.contains("| switch | ns | 1.500 (0.75×) | 2.000 | 6.000 |  |"), "{table}");
+        assert!(
+            table.contains("| switch | ns | 1.500 (0.75×) | 2.000 | 6.000 |  |"),
+            "{table}"
+        );
         // qps: higher is better, so the best peer is the highest.
-        assert!(table.contains("| echo_qps | qps | 150000 (1.50×) |  |  | 100000 |"), "{table}");
+        assert!(
+            table.contains("| echo_qps | qps | 150000 (1.50×) |  |  | 100000 |"),
+            "{table}"
+        );
     }
 
     #[test]
     fn splicing_replaces_only_the_suites_block() {
         let doc = "intro\n<!-- bench:core:begin -->\nold\n<!-- bench:core:end -->\nafter\n";
         let out = splice(doc, "core", "new\n");
-        assert_eq!(out, "intro\n<!-- bench:core:begin -->\nnew\n<!-- bench:core:end -->\nafter\n");
+        assert_eq!(
+            out,
+            "intro\n<!-- bench:core:begin -->\nnew\n<!-- bench:core:end -->\nafter\n"
+        );
         // Another suite's block is appended as a section of its own.
         let out = splice(&out, "sync", "t\n");
         assert!(out.starts_with("intro\n<!-- bench:core:begin -->\nnew\n"));

@@ -279,10 +279,8 @@ mod sigpipe {
 /// means "the current position": the read returned the file's data from wherever the file
 /// position stood.
 fn positioned_io_beyond_the_kernels_offsets(io: Option<IoBackend>) {
-    let path = std::env::temp_dir().join(format!(
-        "spindle-test-offset-{}-{io:?}",
-        std::process::id()
-    ));
+    let path =
+        std::env::temp_dir().join(format!("spindle-test-offset-{}-{io:?}", std::process::id()));
     std::fs::write(&path, b"hello").unwrap();
     let case = {
         let path = path.clone();
