@@ -314,6 +314,9 @@ pub unsafe fn suspend(link: Link, data: usize) -> usize {
     unsafe { backend::suspend(link, data) }
 }
 
+// How the crate is built, for whoever changes it (`cargo doc --document-private-items`).
+mod internals;
+
 /// The examples of the crate's README.md, run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -127,6 +127,9 @@ pub use spindle_stack::{PooledStack, Stack, StackError, StackPool};
 /// The stack [`Coroutine::new`] uses: a stack from [`StackPool::global`].
 pub type DefaultStack = PooledStack;
 
+// How the crate is built, for whoever changes it (`cargo doc --document-private-items`).
+mod internals;
+
 /// The examples of the crate's README.md, run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

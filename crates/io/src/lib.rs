@@ -53,6 +53,9 @@ pub use offload::{BlockingPool, offload, with_blocking_pool};
 pub use pipe::{PipeReader, PipeWriter, pipe};
 pub use scheduled::{Interest, Readiness, ReadyEvent, ScheduledIo};
 
+// How the crate is built, for whoever changes it (`cargo doc --document-private-items`).
+mod internals;
+
 /// The examples of the crate's README.md, run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

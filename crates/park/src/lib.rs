@@ -886,6 +886,9 @@ fn park_thread(deadline: Option<Instant>) -> Wake {
     }
 }
 
+// How the crate is built, for whoever changes it (`cargo doc --document-private-items`).
+mod internals;
+
 /// The examples of the crate's README.md, run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

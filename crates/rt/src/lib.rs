@@ -208,6 +208,9 @@ pub use scope::{Scope, ScopedJoinHandle, scope};
 pub use spawn::{Builder, spawn};
 pub use time::{sleep, sleep_until};
 
+// How the crate is built, for whoever changes it (`cargo doc --document-private-items`).
+mod internals;
+
 /// The examples of the crate's README.md, run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -447,6 +447,9 @@ mod tests {
     }
 }
 
+// How the crate is built, for whoever changes it (`cargo doc --document-private-items`).
+mod internals;
+
 /// The examples of the crate's README.md, run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

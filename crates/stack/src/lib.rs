@@ -232,6 +232,9 @@ pub unsafe trait Stack {
     unsafe fn after_finish(&self) {}
 }
 
+// How the crate is built, for whoever changes it (`cargo doc --document-private-items`).
+mod internals;
+
 /// The examples of the crate's README.md, run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -209,6 +209,9 @@ pub mod __loom {
     pub use crate::loom::loom_park::{Cancelled, cancel_next_park, clear_cancel, recycle_packets};
 }
 
+// How the crate is built, for whoever changes it (`cargo doc --document-private-items`).
+mod internals;
+
 /// The examples of the crate's README.md, run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
