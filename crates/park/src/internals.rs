@@ -24,26 +24,27 @@
 //! `Sync` value, as `MutexGuard` is), shared by `spindle-rt` and `spindle-sync`, which do not
 //! depend on each other. `block_cache` is shared by the two for the same reason: per-thread caches
 //! of freed blocks of up to 1 KiB by 64-byte size class, enabled by the runtime on its workers (see
-//! "spindle-rt", task allocation), used for tasks and for one-shot channels. What IO needs of a
-//! task, also through the hook (defaults do nothing, so a minimal runtime need not care):
-//! `defer_cancel()` → `CancelGuard` (while held, park never unwinds; a cancel request wakes the
-//! park once so the holder can see `cancel_requested()`, stop what borrows its frame — an io_uring
-//! cancel, a pool job — and keep waiting; `checkpoint()` carries the cancel out afterwards; the
-//! guard keeps the task's name from `Hook::begin_cancel_deferral` and its drop calls
-//! `Hook::end_cancel_deferral(name)`, so that a guard handed to another task by a thread-local ends
-//! its maker's deferral, not the dropper's — the runtime does it for a task pinned to that thread,
-//! and leaves a migratable one's alone, whose depth may be in use on another thread),
-//! `pin_to_thread()` → `PinGuard` (a migratable task stays on its worker while an operation lives
-//! in that worker's ring), `on_copying_stack()` (buffers must be bounced), `consume_budget()` (an
-//! operation that completed without waiting counts against the slice; with a `Budget` installed by
-//! `with_budget` — a per-worker word the runtime refills per slice and its monitor may exhaust from
-//! another thread — an operation that leaves some of it is a thread-local read, a load and a store,
-//! and the hook is asked only at the last unit), `is_current_waker(&w)` → `Hook::will_wake`
-//! (whether a kept waker is the current task's, so a primitive may reuse it; the default says no).
-//! The two per-wait questions have one-call forms, `Hook::try_park` and `Hook::try_will_wake`
-//! (defaults: `in_task` then the other), which the runtime answers with one read of its running
-//! coroutine: two indirect calls fewer per blocked operation (with the budget's fast path,
-//! `chan_ping_pong` on one worker went 1,791 → 1,609 instructions per round trip under callgrind).
-//! `waker()` asks `Hook::try_waker` the same way (it made two virtual calls, and the runtime's
-//! `waker` looked its worker up again through a thread-local): −25 instructions per `ping_pong`
-//! message.
+//! "spindle-rt", task allocation), used for tasks and for one-shot channels.
+//!
+//! What IO needs of a task, also through the hook (defaults do nothing, so a minimal runtime need
+//! not care): `defer_cancel()` → `CancelGuard` (while held, park never unwinds; a cancel request
+//! wakes the park once so the holder can see `cancel_requested()`, stop what borrows its frame — an
+//! io_uring cancel, a pool job — and keep waiting; `checkpoint()` carries the cancel out
+//! afterwards; the guard keeps the task's name from `Hook::begin_cancel_deferral` and its drop
+//! calls `Hook::end_cancel_deferral(name)`, so that a guard handed to another task by a
+//! thread-local ends its maker's deferral, not the dropper's — the runtime does it for a task
+//! pinned to that thread, and leaves a migratable one's alone, whose depth may be in use on another
+//! thread), `pin_to_thread()` → `PinGuard` (a migratable task stays on its worker while an
+//! operation lives in that worker's ring), `on_copying_stack()` (buffers must be bounced),
+//! `consume_budget()` (an operation that completed without waiting counts against the slice; with a
+//! `Budget` installed by `with_budget` — a per-worker word the runtime refills per slice and its
+//! monitor may exhaust from another thread — an operation that leaves some of it is a thread-local
+//! read, a load and a store, and the hook is asked only at the last unit), `is_current_waker(&w)` →
+//! `Hook::will_wake` (whether a kept waker is the current task's, so a primitive may reuse it; the
+//! default says no). The two per-wait questions have one-call forms, `Hook::try_park` and
+//! `Hook::try_will_wake` (defaults: `in_task` then the other), which the runtime answers with one
+//! read of its running coroutine: two indirect calls fewer per blocked operation (with the budget's
+//! fast path, `chan_ping_pong` on one worker went 1,791 → 1,609 instructions per round trip under
+//! callgrind). `waker()` asks `Hook::try_waker` the same way (it made two virtual calls, and the
+//! runtime's `waker` looked its worker up again through a thread-local): −25 instructions per
+//! `ping_pong` message.

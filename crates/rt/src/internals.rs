@@ -56,39 +56,38 @@
 //! skips `COMPLETE`, which nobody could read, for a result type without drop glue (a detached value
 //! with drop glue is still dropped by `finish_flagged`, as the worker's own code). The detached
 //! partner of a `ping_pong` and a tree's leaves finish so; atomic read-modify-writes per
-//! `ping_pong` pair 23 → 20.
+//! `ping_pong` pair 23 →
 //!
-//! **A destruction with nothing to drop** skips the task's drop glue, a nest of out-of-line calls
-//! that found the body gone, the result `Ok(())` or taken, no waker, no name, no carrier, no
-//! coroutine-locals (`TaskCell::holds_nothing_to_drop`; the header's other fields are checked to
-//! have no drop glue at compile time, with the header's size, so a new field is not missed): −47
-//! instructions per `ping_pong` message.
-//!
-//! **Spawning**: a plain `spawn` from a coroutine makes its task without the builder's choices
-//! (`spawn_plain`: no name, default stack, not migratable), with an id from its worker's own block
-//! instead of a thread-local's, and `new_task` (inlined) makes the header only after the task's
-//! block is allocated, so its fields are stored straight into the block — built by the caller
-//! first, it was copied in with a 136-byte `memcpy`: a chained spawn 916 → 760 instructions per
-//! link, `ping_pong` 1,835 → 1,611 per message with the destruction's fast path. The reason is
-//! where the block comes from: `src/task_alloc.rs`, a per-worker cache of freed task blocks by
-//! 64-byte size class (Go's per-P free list of dead goroutines, `gfput`/`gfget`; the caches
-//! themselves are `spindle_park::block_cache`, which the one-shot channels of `spindle-sync` use
-//! too). A burst of spawns frees thousands of blocks of one size at once, more than glibc's
-//! per-thread cache keeps (7 per size), so `malloc`/`free` took their slow paths: ~550 instructions
-//! of a ~2,570-instruction spawn–join (callgrind). Only worker threads cache; blocks are always
-//! allocated with their class's layout, so any thread may free one to the global allocator. Bounds:
-//! 4 MiB per worker while busy; a worker that sleeps 1 s with nothing to do and holds more than 256
-//! KiB wakes once and trims to that (not at every sleep: a worker sleeps between every two bursts
-//! of a busy program); all of it at worker exit. The same idle wake-up shrinks the stack pool
-//! (`StackPool::shrink`): idle stacks beyond 256 in the worker's cache and 256 in the shared pool
-//! are unmapped — the busy caps (16,384 each) kept a spike's stacks, and their touched pages,
-//! mapped for the life of the program (`an_idle_runtime_unmaps_the_stacks_a_spike_left`). Off under
-//! ASan/TSan builds and valgrind (a reused block would hide a use-after-free);
-//! `SPINDLE_TASK_CACHE=0`/`1` forces it off/on (on under callgrind, to count what runs natively).
-//! Measured (callgrind, instructions per operation, 1 worker): spawn–join 2,567 → 1,941, yield 429
-//! → 379, `ping_pong` 2,612 → 2,154, chained spawn 1,512 → 1,253; skynet 2,760 → 2,570 only — FIFO
-//! runs its tree breadth-first, so ~all 1M tasks are alive at once and the cache (≈13,000 blocks)
-//! cannot hold a level.
+//! 20. **A destruction with nothing to drop** skips the task's drop glue, a nest of out-of-line
+//!     calls that found the body gone, the result `Ok(())` or taken, no waker, no name, no carrier,
+//!     no coroutine-locals (`TaskCell::holds_nothing_to_drop`; the header's other fields are
+//!     checked to have no drop glue at compile time, with the header's size, so a new field is not
+//!     missed): −47 instructions per `ping_pong` message. **Spawning**: a plain `spawn` from a
+//!     coroutine makes its task without the builder's choices (`spawn_plain`: no name, default
+//!     stack, not migratable), with an id from its worker's own block instead of a thread-local's,
+//!     and `new_task` (inlined) makes the header only after the task's block is allocated, so its
+//!     fields are stored straight into the block — built by the caller first, it was copied in with
+//!     a 136-byte `memcpy`: a chained spawn 916 → 760 instructions per link, `ping_pong` 1,835 →
+//!     1,611 per message with the destruction's fast path. The reason is where the block comes
+//!     from: `src/task_alloc.rs`, a per-worker cache of freed task blocks by 64-byte size class
+//!     (Go's per-P free list of dead goroutines, `gfput`/`gfget`; the caches themselves are
+//!     `spindle_park::block_cache`, which the one-shot channels of `spindle-sync` use too). A burst
+//!     of spawns frees thousands of blocks of one size at once, more than glibc's per-thread cache
+//!     keeps (7 per size), so `malloc`/`free` took their slow paths: ~550 instructions of a
+//!     ~2,570-instruction spawn–join (callgrind). Only worker threads cache; blocks are always
+//!     allocated with their class's layout, so any thread may free one to the global allocator.
+//!     Bounds: 4 MiB per worker while busy; a worker that sleeps 1 s with nothing to do and holds
+//!     more than 256 KiB wakes once and trims to that (not at every sleep: a worker sleeps between
+//!     every two bursts of a busy program); all of it at worker exit. The same idle wake-up shrinks
+//!     the stack pool (`StackPool::shrink`): idle stacks beyond 256 in the worker's cache and 256
+//!     in the shared pool are unmapped — the busy caps (16,384 each) kept a spike's stacks, and
+//!     their touched pages, mapped for the life of the program
+//!     (`an_idle_runtime_unmaps_the_stacks_a_spike_left`). Off under ASan/TSan builds and valgrind
+//!     (a reused block would hide a use-after-free); `SPINDLE_TASK_CACHE=0`/`1` forces it off/on
+//!     (on under callgrind, to count what runs natively). Measured (callgrind, instructions per
+//!     operation, 1 worker): spawn–join 2,567 → 1,941, yield 429 → 379, `ping_pong` 2,612 → 2,154,
+//!     chained spawn 1,512 → 1,253; skynet 2,760 → 2,570 only — FIFO runs its tree breadth-first,
+//!     so ~all 1M tasks are alive at once and the cache (≈13,000 blocks) cannot hold a level.
 //!
 //! **Workers.** `src/worker.rs`: fire due timers, pop (the policy steals), spin ~20 µs before
 //! sleeping (waking a thread costs tens of µs, ~35–50 µs on this VM), announce sleep, re-check,
