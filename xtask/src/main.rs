@@ -28,8 +28,9 @@ usage: cargo xtask <command> [args]
 
 commands:
   ci [--full] [--only LEG,..] [--skip LEG,..] [--list]
-        run the CI legs (fmt, clippy, tests, loom, cross checks, valgrind, miri,
-        cargo-deny) and print a summary; --full adds ASan, TSan and fuzzing;
+        run the CI legs (fmt, clippy, tests, rustdoc, loom, packaging, the MSRV, cross
+        checks, Wine, soak, valgrind, cargo-deny) and print a summary; --full adds
+        Miri, ASan, TSan and fuzzing;
         `cargo xtask ci --list` shows the legs
   bench <suite> [--quick] [--json PATH] [--svg PATH] [--markdown PATH] [--filter S]
         [--rounds N]
