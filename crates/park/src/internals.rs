@@ -12,8 +12,8 @@
 //! destruction, once the parker's thread-local is gone, uses one late parker throughout: it used to
 //! make a fresh parker on every call then, so a waker's permit and the park's differed and the
 //! wake-up was lost, `tests/park_at_thread_exit.rs`. Handing the first parker on to those late
-//! waits when wakers of it were still out at thread exit; that leaked it whenever a wait queue's
-//! entry outlived the thread — common, LeakSanitizer reported it in the sync stress tests — so a
+//! waits when wakers of it are still out at thread exit would leak it whenever a wait queue's
+//! entry outlived the thread — common: LeakSanitizer reports it in the sync stress tests — so a
 //! late wait gets the late parker, and only a waker handed out in one thread-local destructor and
 //! waited for in a later one would miss its wake). Semantics: one permit per task, like
 //! `std::thread::park`; `Woken` only after a real wake (possibly of a stale waker clone); callers

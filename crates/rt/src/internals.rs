@@ -296,18 +296,11 @@
 //! `a_coroutine_that_first_suspends_after_shutdown_began_is_cancelled`. A slot holds the task's
 //! address, not a counted reference: a task is in a slot only until `finish`, and an unfinished
 //! task always has a reference standing for its next run (a queue's, its worker's, or its idle
-//! state's); readers take a counted reference under the shard's lock. Measured side by side ( 15
-//! alternated `spindle-bench measure` runs of the old and new binaries, medians of the per-pair
-//! ratios, together with the join cell below): `skynet_w2` 0.90×, `spawn_many_w2` 0.90×,
-//! `spawn_many_w1` and `chained_spawn_w1` 0.95×, `ping_pong` 1.00× / 1.01× (its pinging coroutines
-//! park, so they take slots; callgrind, with the join cell's flags: a chained spawn 1,319 → 1,236
-//! instructions and 9 → 4 atomic read-modify-writes; a `ping_pong` message 18.7 → 14.7 atomic
-//! read-modify-writes). The address-only slots alone (one atomic operation per task) and seen no
-//! difference. Before that, tasks were registered at their first run, by the worker that ran them —
-//! not by their spawner: a task stolen before its first run was inserted by one worker and removed
-//! by the other, and the two fought over the spawner's shard (15 % of skynet on 2 workers, two
-//! thirds of `spawn_many_w2`: 653 → 274 ns side by side); and before that in a sharded `HashMap`
-//! keyed by id with a global live counter (~10 % of a spawn–join).
+//! state's); readers take a counted reference under the shard's lock. Against counted slots this
+//! takes atomic read-modify-writes off every spawn–join (with the join cell's flags below, a
+//! chained spawn makes 4 per link instead of 9). A task is registered by the worker that first
+//! runs it, not by its spawner: a task stolen before its first run was otherwise inserted by one
+//! worker and removed by the other, and the two fought over the spawner's shard.
 //!
 //! **Join cell**: the finishing task writes the result, then sets `COMPLETE`; from then on the
 //! result is touched only under the cell's lock. Each of the two waker fields (the handle's, the
