@@ -54,5 +54,5 @@
 //!   code runs on it.
 //! * **Shared stacks** are `unsafe` to use (`Coroutine::with_shared_stack`): safe Rust can still
 //!   lend a pointer into the stack to something that runs while the coroutine is suspended (a
-//!   thread from `std::thread::scope`), and while suspended its bytes are elsewhere (DESIGN
-//!   invariant 3).
+//!   thread from `std::thread::scope`), and while suspended its bytes are elsewhere (invariant
+//!   3 in ARCHITECTURE.md).
