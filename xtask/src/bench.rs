@@ -9,6 +9,9 @@
 //! binary runs `<that> measure <bench> spindle` for those rows. If that build fails, the bench
 //! still runs and the `spindle-boost` rows report the error.
 //!
+//! `--markdown PATH` (for example `docs/benchmarks.md`) also writes the run's results as a
+//! Markdown table into that file (see [`crate::bench_md`]).
+//!
 //! Each suite run also writes an SVG bar chart of the ratios: to `--svg PATH` if given, else
 //! beside `--json PATH` (same name, `.svg`), else to `<target>/bench/<suite>.svg`.
 
@@ -106,9 +109,37 @@ fn runs_suite(args: &[String]) -> bool {
 }
 
 pub fn main(args: &[String]) -> Result<ExitCode, String> {
+    // `--markdown PATH` is ours: the bench binary gets a `--json` report to make it from.
+    let mut args = args.to_vec();
+    let markdown = match args.iter().position(|a| a == "--markdown") {
+        Some(i) if i + 1 < args.len() => {
+            let path = PathBuf::from(args.remove(i + 1));
+            args.remove(i);
+            Some(path)
+        }
+        Some(_) => return Err("--markdown needs a path (e.g. docs/benchmarks.md)".into()),
+        None => None,
+    };
+    let args = &args[..];
+    let mut json_report = args
+        .iter()
+        .position(|a| a == "--json")
+        .and_then(|i| args.get(i + 1))
+        .map(PathBuf::from);
     let main_bin = build(&[])?;
     let mut run = Command::new(&main_bin);
     run.args(args);
+    if markdown.is_some() && runs_suite(args) && json_report.is_none() {
+        let path = target_dir()?
+            .join("bench")
+            .join(format!("{}.json", args[0]));
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+        run.arg("--json").arg(&path);
+        json_report = Some(path);
+    }
     if runs_suite(args) && !args.iter().any(|a| a == "--svg" || a == "--json") {
         let svg = target_dir()?.join("bench").join(format!("{}.svg", args[0]));
         run.arg("--svg").arg(svg);
@@ -136,6 +167,11 @@ pub fn main(args: &[String]) -> Result<ExitCode, String> {
     let status = run
         .status()
         .map_err(|e| format!("cannot run {}: {e}", main_bin.display()))?;
+    if status.success()
+        && let (Some(md), Some(report)) = (&markdown, &json_report)
+    {
+        crate::bench_md::update(report, md)?;
+    }
     Ok(match status.code() {
         Some(0) => ExitCode::SUCCESS,
         Some(c) => ExitCode::from(u8::try_from(c).unwrap_or(1)),

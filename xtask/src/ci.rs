@@ -208,6 +208,16 @@ pub fn legs() -> Vec<Leg> {
             },
         ),
     ];
+    legs.push(Leg::custom(
+        "package",
+        "cargo package of every published crate, each built from its .crate file",
+        crate::publish::package,
+    ));
+    legs.push(Leg::custom(
+        "msrv",
+        "the published crates' tests on the declared rust-version (rustup toolchain)",
+        crate::publish::msrv,
+    ));
     for target in CROSS_TARGETS {
         legs.push(Leg::custom(
             &format!("cross-{target}"),
@@ -381,7 +391,7 @@ pub fn test_windows_wine(packages_: &[&str], build_dir: Option<PathBuf>) -> Resu
     // One Wine server for the whole leg. Each test executable is a Wine process of its own,
     // and a server left to exit by itself (a few seconds after its last client) can be
     // exiting just as the next executable connects: "wine client error:0: recvmsg: Connection
-    // reset by peer" (seen once in CI, session 10). `-p`: stay until `-k`.
+    // reset by peer" (seen once in CI). `-p`: stay until `-k`.
     let server = Path::new(wine).with_file_name("wineserver");
     let wineserver = |arg: &str| {
         let _ = Command::new(&server)
@@ -410,7 +420,7 @@ pub fn test_windows_wine(packages_: &[&str], build_dir: Option<PathBuf>) -> Resu
 
 /// Runs one windows-gnu test executable under Wine, in its package's directory (as `cargo
 /// test` does). If the process ends without its test harness having started (it prints
-/// `running N tests` first), Wine failed to start it — seen once in CI (session 15: an
+/// `running N tests` first), Wine failed to start it — seen once in CI (an
 /// executable with no tests exited with status 1 before printing anything, and passed on the
 /// next three runs of the leg) — and it is run once more; a failure after the harness started
 /// is the tests' own and is never retried.

@@ -2,7 +2,8 @@
 //!
 //! * `cargo xtask ci [--full] [--only LEG,..] [--skip LEG,..] [--list]`: the one test command
 //!   (`--full` adds the slow checkers: sanitizers, fuzzing).
-//! * `cargo xtask bench <suite> [--quick] [--json PATH] [--filter S]`: side-by-side benchmarks.
+//! * `cargo xtask bench <suite> [--quick] [--json PATH] [--markdown PATH] [--filter S]`:
+//!   side-by-side benchmarks.
 //! * `cargo xtask matrix [--quick] [--list] [--only ENTRY,..]`: the facade's feature matrix.
 //! * `cargo xtask demo [--quick]`: the tour (`cargo run --release --example tour`).
 //! * `cargo xtask soak [--minutes N] [--backend B]`: the echo and chat examples under mixed load.
@@ -11,11 +12,13 @@
 //! machine.
 
 mod bench;
+mod bench_md;
 mod checkers;
 mod ci;
 mod json;
 mod matrix;
 mod proc;
+mod publish;
 mod soak;
 
 use std::process::ExitCode;
@@ -25,15 +28,18 @@ usage: cargo xtask <command> [args]
 
 commands:
   ci [--full] [--only LEG,..] [--skip LEG,..] [--list]
-        run the CI legs (fmt, clippy, tests, loom, cross checks, valgrind, miri,
-        cargo-deny) and print a summary; --full adds ASan, TSan and fuzzing;
+        run the CI legs (fmt, clippy, tests, rustdoc, loom, packaging, the MSRV, cross
+        checks, Wine, soak, valgrind, cargo-deny) and print a summary; --full adds
+        Miri, ASan, TSan and fuzzing;
         `cargo xtask ci --list` shows the legs
-  bench <suite> [--quick] [--json PATH] [--svg PATH] [--filter S] [--rounds N]
+  bench <suite> [--quick] [--json PATH] [--svg PATH] [--markdown PATH] [--filter S]
+        [--rounds N]
         build spindle-bench in release (plus its boost-backend copy) and run the suite;
         writes a chart to --svg, beside --json, or to target/bench/<suite>.svg;
+        --markdown docs/benchmarks.md updates the suite's table there;
         `cargo xtask bench list` shows the suites
   matrix [--quick] [--list] [--only ENTRY,..]
-        build and test the spindle facade over its feature matrix (each feature alone, the
+        build and test the spindles facade over its feature matrix (each feature alone, the
         defaults, every scheduler x Linux IO backend, all features), check it for FreeBSD,
         macOS and windows-gnu, run its tests under Wine; builds go to <target>/matrix
   demo [--quick]

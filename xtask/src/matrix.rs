@@ -1,4 +1,4 @@
-//! `cargo xtask matrix`: the `spindle` facade over a curated feature matrix.
+//! `cargo xtask matrix`: the `spindles` facade over a curated feature matrix.
 //!
 //! Tests: the defaults, no default features, each feature alone (with what it needs), every
 //! scheduler × every Linux IO backend, all features. Checks: the facade for FreeBSD, macOS and
@@ -76,12 +76,12 @@ const CHECK_TARGETS: [&str; 3] = [
 
 /// What an entry does.
 enum Job {
-    /// `cargo test -p spindle` with these features (`None`: the defaults), and `SPINDLE_IO`.
+    /// `cargo test -p spindles` with these features (`None`: the defaults), and `SPINDLE_IO`.
     Test {
         features: Option<String>,
         io: Option<&'static str>,
     },
-    /// `cargo check -p spindle --target T` (defaults).
+    /// `cargo check -p spindles --target T` (defaults).
     Check { target: &'static str },
     /// The facade's tests for windows-gnu, run under Wine.
     Wine,
@@ -199,7 +199,7 @@ fn run_entry(entry: &Entry, build_dir: &Path, log: &Path, bar: &ProgressBar) -> 
             // The facade alone is built: its tests may check that what it leaves out is
             // really left out.
             cmd.env("SPINDLE_FEATURES_EXACT", "1")
-                .args(["test", "-p", "spindle"]);
+                .args(["test", "-p", "spindles"]);
             match features.as_deref() {
                 None => {}
                 Some("ALL") => {
@@ -218,7 +218,7 @@ fn run_entry(entry: &Entry, build_dir: &Path, log: &Path, bar: &ProgressBar) -> 
             cmd.args([
                 "check",
                 "-p",
-                "spindle",
+                "spindles",
                 "--all-targets",
                 "--target",
                 target,
@@ -226,7 +226,7 @@ fn run_entry(entry: &Entry, build_dir: &Path, log: &Path, bar: &ProgressBar) -> 
         }
         Job::Wine => {
             // Its own progress: Wine's output goes to the terminal, the bar waits.
-            return bar.suspend(|| ci::test_windows_wine(&["spindle"], Some(build_dir.into())));
+            return bar.suspend(|| ci::test_windows_wine(&["spindles"], Some(build_dir.into())));
         }
         Job::Alone { krate } => {
             cmd.args(["test", "-p", krate]);

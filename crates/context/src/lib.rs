@@ -87,6 +87,7 @@
 //! // The context is abandoned while suspended; its stack holds nothing that needs dropping.
 //! ```
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]
 
 use core::fmt;
@@ -312,3 +313,11 @@ pub unsafe fn suspend(link: Link, data: usize) -> usize {
     // SAFETY: forwarded contract.
     unsafe { backend::suspend(link, data) }
 }
+
+// How the crate is built, for whoever changes it (`cargo doc --document-private-items`).
+mod internals;
+
+/// The examples of the crate's README.md, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

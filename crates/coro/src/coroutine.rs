@@ -576,8 +576,8 @@ fn resume_failed<Input>(e: &ResumeError<Input>) -> ! {
 /// signal stack): the coroutine may have been built on another thread and moved here
 /// (through [`SendCoroutine`]). One thread-local check after the first time. Inlined: the
 /// thread-local address it computes is used at once, in the resumer's frame, which stays on
-/// its thread until the resume returns (DESIGN invariant 2 is about a coroutine's own frames
-/// across its suspends).
+/// its thread until the resume returns (the rule against cached thread-local addresses is about
+/// a coroutine's own frames across its suspends).
 #[inline]
 fn prepare_resuming_thread() {
     // Without an alternate signal stack an overflow still dies, as a bare SIGSEGV instead of

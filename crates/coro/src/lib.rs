@@ -108,6 +108,7 @@
 //! [`suspend`]: Yielder::suspend
 //! [`resume`]: Coroutine::resume
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // Builds that leave a feature out leave some shared helpers unused.
 #![cfg_attr(
     not(all(feature = "stack-growable", feature = "stack-shared")),
@@ -134,3 +135,11 @@ pub use spindle_stack::{PooledStack, Stack, StackError, StackPool};
 
 /// The stack [`Coroutine::new`] uses: a stack from [`StackPool::global`].
 pub type DefaultStack = PooledStack;
+
+// How the crate is built, for whoever changes it (`cargo doc --document-private-items`).
+mod internals;
+
+/// The examples of the crate's README.md, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -1,7 +1,7 @@
 //! Forced unwind of dropped coroutines (values whose destructors panic on the way, a coroutine
-//! that catches the unwind), and growable stacks at their limit and reused from the pool. (From
-//! a review in session 11: a panicking destructor of a value yielded or returned during the
-//! forced unwind used to leave a shared stack's region busy for good.)
+//! that catches the unwind), and growable stacks at their limit and reused from the pool. (A
+//! panicking destructor of a value yielded or returned during the forced unwind must not leave
+//! a shared stack's region busy for good.)
 #![cfg(all(feature = "stack-shared", feature = "stack-growable"))]
 
 use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -51,6 +51,7 @@
 //! A runtime installs the driver with [`spindle_io::with_driver`] around its worker loop; the
 //! IO types then register their sources through [`Driver::reactor`](spindle_io::Driver::reactor).
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(target_os = "linux")]
 mod epoll;
@@ -60,3 +61,8 @@ pub use epoll::EpollDriver;
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests;
+
+/// The examples of the crate's README.md, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

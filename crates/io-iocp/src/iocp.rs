@@ -473,7 +473,7 @@ impl Proactor for IocpDriver {
             self.inline_waker.clone()
         };
         // A buffer on a copying stack moves while the task is suspended: the kernel gets a heap
-        // copy instead (DESIGN.md invariant 3), whatever the caller did.
+        // copy instead, whatever the caller did.
         let bounce = if in_task && spindle_park::on_copying_stack() {
             ops::data_len(&op).min(ops::BOUNCE_MAX)
         } else {

@@ -65,7 +65,7 @@
 //! While an operation is in flight `submit` holds a [`spindle_park::defer_cancel`] guard. When
 //! the deadline passes or the task is asked to cancel, it calls `CancelIoEx` for that
 //! operation and *keeps waiting* for its completion (the kernel may write into the buffer until
-//! then: DESIGN.md invariant 5). If the operation completed anyway, its real result is
+//! then). If the operation completed anyway, its real result is
 //! returned; if it was aborted, `TimedOut` (deadline) or the cancellation continues
 //! (`spindle_park::checkpoint` unwinds).
 //!
@@ -78,6 +78,7 @@
 //! [`spindle_park::defer_cancel`]: spindle_park::defer_cancel
 //! [`spindle_park::on_copying_stack`]: spindle_park::on_copying_stack
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(windows)]
 mod iocp;
@@ -90,3 +91,8 @@ mod record;
 pub use iocp::IocpDriver;
 #[cfg(windows)]
 pub use record::ACCEPT_ADDRESSES_LEN;
+
+/// The examples of the crate's README.md, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -19,9 +19,15 @@
 //! [`Reactor`]: spindle_io::Reactor
 //! [`ScheduledIo`]: spindle_io::ScheduledIo
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(any(target_os = "freebsd", target_os = "macos"))]
 mod kqueue;
 
 #[cfg(any(target_os = "freebsd", target_os = "macos"))]
 pub use kqueue::KqueueDriver;
+
+/// The examples of the crate's README.md, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

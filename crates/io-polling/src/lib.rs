@@ -60,6 +60,7 @@
 //! IO types then register their sources through
 //! [`Driver::reactor`](spindle_io::Driver::reactor).
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod driver;
 
@@ -67,3 +68,8 @@ pub use driver::{PollingDriver, Trigger};
 
 #[cfg(test)]
 mod tests;
+
+/// The examples of the crate's README.md, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -36,8 +36,7 @@
 //!
 //! The record lives until the driver is dropped and stays "in the kernel" until its completion
 //! is reaped, so a completion can never name freed memory. `submit` itself never returns (nor
-//! unwinds) before that completion: the kernel may use the caller's buffers until then
-//! (DESIGN.md invariant 5).
+//! unwinds) before that completion: the kernel may use the caller's buffers until then.
 //!
 //! ## Buffers on copying stacks
 //!
@@ -167,6 +166,7 @@
 //!
 //! On targets other than Linux this crate is empty.
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(target_os = "linux")]
 mod config;
@@ -179,3 +179,8 @@ mod unpark;
 pub use config::{DEFAULT_ENTRIES, SetupError, UringConfig};
 #[cfg(target_os = "linux")]
 pub use driver::{UringDriver, UringStats};
+
+/// The examples of the crate's README.md, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

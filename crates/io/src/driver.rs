@@ -20,8 +20,8 @@
 //!   its stack, so the buffer stays valid: no owned-buffer API. If the wait ends early (a
 //!   deadline, a cancellation), the proactor submits a cancel and *still waits* for the
 //!   kernel's completion before it returns, because until then the kernel may write into the
-//!   buffer (DESIGN.md invariant 5). A buffer that lies on a copying (shared) stack is bounced
-//!   through the heap by the caller (invariant 3; see `spindle_park::on_copying_stack`).
+//!   buffer. A buffer that lies on a copying (shared) stack is bounced
+//!   through the heap by the caller (see `spindle_park::on_copying_stack`).
 
 use std::cell::Cell;
 use std::fmt;

@@ -29,6 +29,7 @@
 //!   readiness; with no runtime the thread waits in `WSAPoll`. Files, pipes, `Io` and Unix
 //!   sockets are Unix-only for now.
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(unix)]
 mod accept_queue;
@@ -63,3 +64,11 @@ pub use offload::{BlockingPool, offload, with_blocking_pool};
 #[cfg(unix)]
 pub use pipe::{PipeReader, PipeWriter, pipe};
 pub use scheduled::{Interest, Readiness, ReadyEvent, ScheduledIo};
+
+// How the crate is built, for whoever changes it (`cargo doc --document-private-items`).
+mod internals;
+
+/// The examples of the crate's README.md, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

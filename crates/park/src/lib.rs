@@ -74,6 +74,7 @@
 //! suspended, so nothing may keep a pointer into its stack across a `park`. Code that lends a
 //! buffer to the kernel asks [`on_copying_stack`] and bounces such buffers through the heap.
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod block_cache;
 pub mod spin;
@@ -301,7 +302,7 @@ pub unsafe fn with_hook<R>(hook: &dyn Hook, f: impl FnOnce() -> R) -> R {
 /// The hook installed on this thread, if code here runs in one of its tasks.
 ///
 /// Not inlined: a coroutine that migrates between threads must read the thread-local afresh
-/// after every suspension, never through an address cached before it (DESIGN.md invariant 2).
+/// after every suspension, never through an address cached before it.
 #[inline(never)]
 fn task_hook() -> Option<&'static dyn Hook> {
     read_hook().filter(|hook| hook.in_task())
@@ -682,7 +683,7 @@ impl std::fmt::Debug for PinGuard {
 /// unit (or was [exhausted](Budget::exhaust)). Without one, every call asks the hook.
 ///
 /// Not inlined: a coroutine that migrates between threads must read the thread-local afresh
-/// in every call, never through an address cached before a suspension (DESIGN.md invariant 2).
+/// in every call, never through an address cached before a suspension.
 #[inline(never)]
 pub fn consume_budget() {
     if let Ok(budget) = BUDGET.try_with(Cell::get)
@@ -1001,3 +1002,11 @@ fn park_thread(deadline: Option<Instant>) -> Wake {
         }
     }
 }
+
+// How the crate is built, for whoever changes it (`cargo doc --document-private-items`).
+mod internals;
+
+/// The examples of the crate's README.md, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -4,7 +4,7 @@
 //! driver's `park` when it has nothing to run, polls it without blocking every
 //! [`DRIVER_POLL_EVERY`](crate::worker) scheduling ticks while busy, and other threads wake it
 //! through the driver's unparker — so IO events and cross-thread wake-ups share one mechanism
-//! (DESIGN.md invariant 6).
+//! (no wake-up is lost, and an idle worker uses no CPU).
 
 use std::fmt;
 use std::io;

@@ -97,7 +97,7 @@
 //!
 //! The `spindle` facade has the same feature names and forwards them.
 //!
-//! # Migration and thread-locals (DESIGN.md invariant 2)
+//! # Migration and thread-locals
 //!
 //! A coroutine's stack may hold references into thread-locals, `Rc`s, or addresses the compiler
 //! computed from a thread-local before a switch. So a coroutine spawned with the safe API may
@@ -158,6 +158,7 @@
 //! move. Coroutines waiting on that worker's timers (a sleep, any deadline) or IO, migratable
 //! ones too, wait for it: only a worker fires its own timers and polls its own driver.
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // Builds that leave a feature out leave some shared helpers unused.
 #![cfg_attr(
     not(all(
@@ -173,7 +174,7 @@
 #[cfg(not(any(feature = "sched-fifo", feature = "sched-rr", feature = "sched-ws")))]
 compile_error!(
     "spindle-rt needs at least one scheduling policy: enable the `sched-ws` (work-stealing, the \
-     default), `sched-rr` or `sched-fifo` feature (of spindle-rt, or of the spindle facade)"
+     default), `sched-rr` or `sched-fifo` feature (of spindle-rt, or of the spindles facade)"
 );
 
 mod blocking;
@@ -212,3 +213,11 @@ pub use runtime::{
 pub use scope::{Scope, ScopedJoinHandle, scope};
 pub use spawn::{Builder, MIN_STACK_SIZE, spawn};
 pub use time::{sleep, sleep_until};
+
+// How the crate is built, for whoever changes it (`cargo doc --document-private-items`).
+mod internals;
+
+/// The examples of the crate's README.md, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

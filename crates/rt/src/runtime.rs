@@ -55,7 +55,7 @@ impl Default for Policy {
 }
 
 impl Policy {
-    /// The cargo feature (of `spindle-rt`, and of the `spindle` facade) that compiles it in.
+    /// The cargo feature (of `spindle-rt`, and of the `spindles` facade) that compiles it in.
     pub fn feature(self) -> &'static str {
         match self {
             Policy::Fifo => "sched-fifo",
@@ -168,7 +168,7 @@ pub enum BuildError {
     NotCompiled {
         /// What was asked for (`"the fifo scheduling policy"`, ...).
         what: &'static str,
-        /// The feature of `spindle-rt` (and of the `spindle` facade) that adds it.
+        /// The feature of `spindle-rt` (and of the `spindles` facade) that adds it.
         feature: &'static str,
     },
 }
@@ -183,7 +183,7 @@ impl fmt::Display for BuildError {
             BuildError::Sched(e) => write!(f, "invalid worker count: {e}"),
             BuildError::NotCompiled { what, feature } => write!(
                 f,
-                "{what} is not compiled in: enable the `{feature}` feature of spindle (or of \
+                "{what} is not compiled in: enable the `{feature}` feature of spindles (or of \
                  spindle-rt)"
             ),
         }

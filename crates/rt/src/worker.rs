@@ -18,7 +18,7 @@
 //! # Running a task
 //!
 //! The worker takes the task (pops it: it holds it now), pins it to itself on its first run
-//! (unless it is migratable: DESIGN.md invariant 2), resumes its coroutine on the worker's own
+//! (unless it is migratable: see the crate docs on migration), resumes its coroutine on the worker's own
 //! stack, and when the coroutine switches back does what it asked (yield: queue it again; park:
 //! arm its timer and publish it as idle — *after* the switch, invariant 1). The coroutine never
 //! schedules itself.
@@ -119,7 +119,7 @@ thread_local! {
 /// The worker of this thread, if any.
 ///
 /// Not inlined, and never cached across a suspension by callers: a migratable coroutine may
-/// resume on another thread (DESIGN.md invariant 2).
+/// resume on another thread.
 #[inline(never)]
 pub(crate) fn current() -> Option<&'static WorkerCtx> {
     let ctx = CURRENT.try_with(Cell::get).ok()?;

@@ -1,7 +1,7 @@
 //! How IO operations end early — cancellation, timeouts, shutdown — and IO from coroutines on
 //! copying stacks: the kernel and the blocking pool never touch a stack whose owner has moved
-//! on. (From a review in session 11: `fs::File` on a copying stack was a bug then — its pool
-//! jobs read the `File` through a pointer into the suspended coroutine's stack.)
+//! on (an `fs::File` pool job must not read the `File` through a pointer into the suspended
+//! coroutine's stack).
 #![cfg(target_os = "linux")]
 
 mod common;

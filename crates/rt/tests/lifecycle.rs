@@ -1,7 +1,6 @@
 //! The runtime's lifecycle paths: cancellation racing with the rest, destructors that park
 //! while a cancelled coroutine unwinds, coroutine-locals at exit, park/unpark, the blocking
-//! pool, shutdown racing with spawns, misuse that must panic instead of hanging. (Several
-//! were bugs found by a review in session 11: each such test names what used to happen.)
+//! pool, shutdown racing with spawns, misuse that must panic instead of hanging.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -1,8 +1,7 @@
 //! Timers at their edges (very long, zero and past deadlines, many at one instant, across the
 //! wheel's levels, racing a wake-up, at shutdown), scopes whose children panic while siblings
-//! are parked, and the cooperative budget. (From a review in session 11: a channel that always
-//! had a message let its receiver keep the worker for ever — its immediate receives did not
-//! count against the budget.)
+//! are parked, and the cooperative budget (a channel that always has a message must not let its
+//! receiver keep the worker for ever: immediate receives count against the budget).
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! Bad configuration comes back as an error that says what is wrong, never as an abort or a
-//! dead worker (from a review in session 12): a worker count no machine could run (the
-//! policies' per-worker arrays, 128 bytes a worker and more, were allocated for up to
-//! 4,294,967,295 workers, and the allocation failure aborted the process), a thread name with a
+//! dead worker: a worker count no machine could run (the policies' per-worker arrays, 128
+//! bytes a worker and more, must not be allocated for up to 4,294,967,295 workers, where the
+//! allocation failure would abort the process), a thread name with a
 //! NUL byte, a shared-stack size the worker cannot map.
 
 #[test]

@@ -25,7 +25,7 @@
 //! # Pinning
 //!
 //! A task's [`home`](Task::home) is the worker it must run on (`Some(w)`: a coroutine that has
-//! started and may not migrate, see the design's invariant 2), or `None` (any worker). Every
+//! started and may not migrate: its frames may hold thread-local addresses), or `None` (any worker). Every
 //! policy guarantees that a task whose home is `Some(w)` is only ever returned by `pop(w)`.
 //! A home outside `0..workers` is reduced modulo `workers` (the runtime never produces one).
 //! The policies read `home()` when the task is pushed and may read it again while it is
@@ -132,6 +132,7 @@
 //! # Ok::<(), spindle_sched::SchedError>(())
 //! ```
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // Builds that leave a feature out leave some shared helpers unused.
 #![cfg_attr(
     not(all(feature = "fifo", feature = "round-robin", feature = "work-stealing")),
@@ -445,3 +446,11 @@ mod tests {
         assert!(SchedError::ZeroWorkers.to_string().contains("at least one"));
     }
 }
+
+// How the crate is built, for whoever changes it (`cargo doc --document-private-items`).
+mod internals;
+
+/// The examples of the crate's README.md, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

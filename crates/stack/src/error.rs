@@ -72,7 +72,7 @@ pub enum StackError {
     Disabled {
         /// What was asked for.
         what: &'static str,
-        /// The feature of `spindle-stack` that adds it (`growable`; in the `spindle` facade,
+        /// The feature of `spindle-stack` that adds it (`growable`; in the `spindles` facade,
         /// `stack-growable`).
         feature: &'static str,
     },
@@ -141,7 +141,7 @@ impl fmt::Display for StackError {
             StackError::Disabled { what, feature } => write!(
                 f,
                 "{what} is not compiled in: enable the `{feature}` feature of spindle-stack \
-                 (`stack-{feature}` of spindle, spindle-coro or spindle-rt)",
+                 (`stack-{feature}` of spindles, spindle-coro or spindle-rt)",
             ),
             StackError::Os {
                 operation,

@@ -66,6 +66,7 @@
 //! # }
 //! ```
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // Builds that leave a feature out leave some shared helpers unused.
 #![cfg_attr(
     not(all(feature = "growable", feature = "shared")),
@@ -231,3 +232,11 @@ pub unsafe trait Stack {
     /// will resume it again.
     unsafe fn after_finish(&self) {}
 }
+
+// How the crate is built, for whoever changes it (`cargo doc --document-private-items`).
+mod internals;
+
+/// The examples of the crate's README.md, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

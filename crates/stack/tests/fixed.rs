@@ -20,7 +20,7 @@ fn top_is_aligned_and_sizes_are_rounded_to_pages() {
     }
     let stack = FixedStack::with_guard(8192, 3 * page + 1).unwrap();
     assert_eq!(stack.guard_size(), 4 * page);
-    // An unguarded stack only through the unsafe constructor (review 17).
+    // An unguarded stack only through the unsafe constructor.
     assert!(matches!(
         FixedStack::with_guard(8192, 0),
         Err(StackError::InvalidSize { .. })

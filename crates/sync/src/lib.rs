@@ -51,7 +51,7 @@
 //! primitive's wait queue under the primitive's internal lock, releases the lock and parks
 //! (`spindle_park::park`, `park_until`). `spindle_park`'s permit makes "register, unlock, park"
 //! race-free. Waiter records never live on a coroutine's stack, so coroutines on shared
-//! (copying) stacks can wait too (DESIGN.md invariant 3). Every way out of a wait — a
+//! (copying) stacks can wait too. Every way out of a wait — a
 //! notification, a hand-off, a timeout, a cancellation — is decided by one compare-and-swap on
 //! the record's state word, so exactly one party decides and nothing is handed to a waiter
 //! that has left.
@@ -169,6 +169,7 @@
 //! Under `RUSTFLAGS="--cfg loom"` the atomics, internal locks and the parker are loom's, and
 //! `tests/loom_*.rs` model every wait queue and hand-off (see `src/loom.rs`).
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod loom;
 mod waiter;
@@ -207,3 +208,11 @@ pub use waitgroup::{WaitGroup, WaitGroupWait};
 pub mod __loom {
     pub use crate::loom::loom_park::{Cancelled, cancel_next_park, clear_cancel, recycle_packets};
 }
+
+// How the crate is built, for whoever changes it (`cargo doc --document-private-items`).
+mod internals;
+
+/// The examples of the crate's README.md, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -73,7 +73,7 @@ use crate::waiter::{Waiter, deadline_after};
 //
 // A previous design kept the message and flags behind a spin lock in an `Arc`: 13 atomic
 // read-modify-writes per ping-and-pong pair of oneshots (`ping_pong` bench); 7 with this one,
-// 5 since the receiver's drop after a completed exchange takes none (session 15).
+// 5 since the receiver's drop after a completed exchange takes none.
 
 /// The waiting list is being changed; only its holder changes the state (see above).
 const LOCKED: usize = 1;

@@ -1,7 +1,7 @@
 //! The waiter record every primitive queues, and the wait loop.
 //!
 //! A [`Waiter`] is heap-allocated (`Arc`) and holds the waiting task's [`Waker`] and one state
-//! word. It never lives on the waiting coroutine's stack (DESIGN.md invariant 3: a suspended
+//! word. It never lives on the waiting coroutine's stack (a suspended
 //! shared-stack coroutine's stack bytes are elsewhere), so a notifier on another thread only
 //! ever touches heap memory.
 //!

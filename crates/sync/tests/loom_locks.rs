@@ -52,7 +52,7 @@ fn mutex_retry_and_handoff() {
             let mut g = m.lock();
             // Holding the lock, let B run: B's spin yields to this thread, so without this
             // loom never runs B's re-queue before the unlock, and the hand-off is never
-            // explored (found in session 12 by making that branch panic: no model reached it).
+            // explored (checked by making that branch panic: no model reached it without this).
             thread::yield_now();
             *g += 1;
         }

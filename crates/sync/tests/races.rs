@@ -1,7 +1,7 @@
 //! How waits end — timeouts, cancellation, dropped futures — racing with grants, in every
-//! primitive: no permit, lock, message or wake-up lost or duplicated. (From a review in
-//! session 11; two of these were bugs then: `acquire_many(0)` waiting behind queued waiters,
-//! and a receiver told "disconnected" while a handed-over message was still to come back.)
+//! primitive: no permit, lock, message or wake-up lost or duplicated (among them:
+//! `acquire_many(0)` must not wait behind queued waiters, and a receiver must not be told
+//! "disconnected" while a handed-over message is still to come back).
 #![cfg(not(any(loom, miri)))]
 
 use std::future::Future;

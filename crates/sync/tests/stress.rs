@@ -311,7 +311,7 @@ fn stress_barrier_rounds() {
 fn stress_shared_stack_coroutines_wait_everywhere() {
     // Coroutines on the workers' shared (copying) stacks wait on a mutex, a condvar, a
     // semaphore, a channel and a select while 4 threads do the same. Their stack bytes are
-    // copied out while they are suspended (DESIGN.md invariant 3): a waiter record on a
+    // copied out while they are suspended (invariant 3 in ARCHITECTURE.md): a waiter record on a
     // coroutine stack would be read or written while elsewhere, and the counts below (or the
     // process) would show it.
     const ROUNDS: u64 = 50;

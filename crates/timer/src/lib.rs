@@ -52,6 +52,7 @@
 //! billion reuses) is retired rather than wrapped, so a stale key can never match a later timer.
 
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::error::Error;
 use std::fmt;
@@ -819,3 +820,11 @@ mod tests {
         assert_eq!(wheel.next_deadline_tick(), None);
     }
 }
+
+// How the crate is built, for whoever changes it (`cargo doc --document-private-items`).
+mod internals;
+
+/// The examples of the crate's README.md, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -1,8 +1,8 @@
 //! The `core` suite: context switch, coroutine lifecycle, shared (copying) stacks and memory per
 //! suspended coroutine.
 //!
-//! Peer impls live in [`peers`]; Spindle's in [`spindle`]. Bench and impl names are the ones
-//! the issue lists; do not rename them (they are the keys of the JSON report).
+//! Peer impls live in [`peers`]; Spindle's in [`spindle`]. Bench and impl names are the keys
+//! of the JSON report and of docs/benchmarks.md: do not rename them.
 
 mod peers;
 mod spindle;

@@ -220,7 +220,7 @@ const fn row(
 const ROWS: [Row; 16] = [
     Row {
         published: &[
-            "issue 4, measured earlier on this machine (us/req): tokio-ct 8.65, may 8.51, \
+            "measured earlier on this machine (us/req): tokio-ct 8.65, may 8.51, \
              thread-per-conn 9.73, Go GOMAXPROCS=1 11.2",
         ],
         ..row(

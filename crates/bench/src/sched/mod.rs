@@ -2,9 +2,8 @@
 //! skynet) with 1 and 2 worker threads, and the timer wheel's insert + cancel.
 //!
 //! Peer impls live in [`peers`] (tokio, may, std threads), [`go`] (skynet in Go) and
-//! [`timer`] (the `btreemap` baseline); Spindle's in [`spindle`] (the scheduler rows are stubs
-//! until `spindle-rt` is wired) and [`timer`]. Bench and impl names are the ones the issue
-//! lists; do not rename them (they are the keys of the JSON report).
+//! [`timer`] (the `btreemap` baseline); Spindle's in [`spindle`] and [`timer`]. Bench and impl
+//! names are the keys of the JSON report and of docs/benchmarks.md: do not rename them.
 //!
 //! # How the multi-op benches are timed
 //!

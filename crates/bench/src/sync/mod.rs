@@ -3,7 +3,7 @@
 //!
 //! Peer impls live in [`peers`] (std, parking_lot, tokio, may, crossbeam-channel, flume);
 //! Spindle's in [`spindle`] (`spindle-sync` on a `spindle-rt` runtime). Bench and impl names are
-//! the ones the issue lists; do not rename them (they are the keys of the JSON report).
+//! the keys of the JSON report and of docs/benchmarks.md: do not rename them.
 //!
 //! # How the multi-op benches are timed
 //!

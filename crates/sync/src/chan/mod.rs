@@ -479,8 +479,8 @@ impl<T> Chan<T> {
     /// Inlined with nothing but the wait in it (trying, registering and finishing are out of
     /// line): the park's switch then sits one frame (the runtime's park hook) below the
     /// caller, and each frame a resumed coroutine returns from is a mispredicted return (the
-    /// CPU's return-stack predictor holds its worker's addresses; see `spindle_rt`'s
-    /// ARCHITECTURE notes): −12 % on a round trip between two coroutines.
+    /// CPU's return-stack predictor holds its worker's addresses; see the
+    /// cost model of `spindle_context`), which shows on a round trip between two coroutines.
     #[inline(always)]
     pub(crate) fn send_until(
         &self,
@@ -1115,7 +1115,7 @@ mod tests {
     /// A select's receive that registers while the buffer holds a message is ready and not
     /// queued: a send in the gap before the select aborts its record goes into the buffer,
     /// behind that message, instead of being handed to the select (which then received the
-    /// newer message first; review 17). Deterministic form of `tests/review17_select_fifo.rs`.
+    /// newer message first). Deterministic form of `tests/select_order.rs`.
     #[test]
     fn a_ready_select_receive_is_not_queued() {
         let chan = Chan::<u32>::new(None);
