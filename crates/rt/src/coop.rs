@@ -18,8 +18,8 @@
 //!   [`budget_used_up`]). So a chain gets one slice period of the worker's time, whatever its
 //!   links cost: two coroutines ping-ponging short messages get as much time as two that do
 //!   milliseconds of work per message, as in Go (its `TestPingPongHog`). Counting a chain's
-//!   operations instead gave the cheap chain a few microseconds per slice against the costly
-//!   one's 10 ms. When the time is over, the task running goes behind the worker's queues, and
+//!   operations would give the cheap chain well under a millisecond per slice against the
+//!   costly one's 10 ms. When the time is over, the task running goes behind the worker's queues, and
 //!   so does a task taken from run-next.
 //!
 //! The count is `spindle_park`'s [`Budget`](spindle_park::Budget), one per worker (in its

@@ -8,8 +8,8 @@
 //! over the other pair gets the worker. Each pair must then get a comparable share of the
 //! worker's *time*, whatever its rounds cost: the work both pairs complete (loop iterations,
 //! a measure of CPU time) must be within a factor of 5, as Go's test first asked. A slice that
-//! ended after a fixed number of operations gave the lights well under a millisecond per slice
-//! against the hogs' 10 ms.
+//! ended after a fixed number of operations would give the lights well under a millisecond per
+//! slice against the hogs' 10 ms.
 //!
 //! The policies without a run-next slot (FIFO, round-robin) queue every wake-up at the back:
 //! they are fair in turns, not in time, and what is checked for them is that: the pairs take

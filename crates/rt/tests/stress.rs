@@ -156,8 +156,8 @@ fn ping_pong_hogs_do_not_starve_light_coroutines() {
     // Both pairs must get comparable shares of the worker's time (within 5x, as in Go's
     // test): the woken buddy inherits the waker's slice, so a pair cannot keep the worker by
     // handing the token back and forth; the slice ends when its time is over, and the other
-    // pair runs for a slice as long. (Ending it after a number of operations gave the light
-    // pair as many hops as the hogs, and a hundredth of their time.)
+    // pair runs for a slice as long. (Ending it after a number of operations would give the
+    // light pair as many hops as the hogs, and a hundredth of their time.)
     let (hogs, light) = (
         counts[0].load(Ordering::Relaxed),
         counts[1].load(Ordering::Relaxed),
