@@ -162,13 +162,16 @@ fn ping_pong_hogs_do_not_starve_light_coroutines() {
         counts[0].load(Ordering::Relaxed),
         counts[1].load(Ordering::Relaxed),
     );
-    // Not vacuous: both pairs made several hops (the hogs' are a fraction of a millisecond).
+    // Under valgrind (the `valgrind-rt` leg, for memory errors) everything runs tens of times
+    // slower and shares of time mean nothing: only progress is checked there.
+    let under_valgrind = std::env::var_os("SPINDLE_UNDER_VALGRIND").is_some();
+    // Not vacuous: both pairs made several hops (the hogs' take about a millisecond).
+    let least = if under_valgrind { 1 } else { 4 };
     assert!(
-        hogs >= 4 && light >= 4,
+        hogs >= least && light >= least,
         "both pairs ran: hogs {hogs} hops, light {light}"
     );
-    // Under valgrind (the `valgrind-rt` leg, for memory errors) shares of time mean nothing.
-    if std::env::var_os("SPINDLE_UNDER_VALGRIND").is_some() {
+    if under_valgrind {
         return;
     }
     let (hog_work, light_work) = (hogs as u64 * WORK[0], light as u64 * WORK[1]);
