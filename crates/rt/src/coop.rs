@@ -1,19 +1,38 @@
-//! Cooperation: yielding, and the budget that makes busy coroutines yield.
+//! Cooperation: yielding, and the budget and time slice that make busy coroutines yield.
 //!
 //! A coroutine runs until it suspends. One that never blocks — because every operation it
 //! does happens to complete at once (a channel that always has a message, a socket that always
 //! has data) — would keep its worker forever. So such operations call [`consume_budget`]:
-//! each costs one unit of the slice's budget (128), and when the budget is spent, or the slice
-//! is older than the monitor's slice period (10 ms), the coroutine yields to the back of the
-//! queue. A task woken by the running one into the run-next slot inherits the slice and its
-//! budget (Go's rule), so two tasks waking each other cannot monopolise a worker.
+//! each costs one unit of the slice's budget (128). A worker's time is shared in slices:
+//!
+//! * A task popped from a queue starts a fresh slice. It yields to the back of the queue when
+//!   its budget is spent, or when the slice is older than the monitor's slice period (10 ms),
+//!   whichever comes first: a task that only makes operations that complete at once gives its
+//!   worker up after 128 of them.
+//! * A task woken or spawned by the running one into the run-next slot runs next in the same
+//!   slice (Go's rule), and each such hand-off costs one unit. From the first hand-off on, the
+//!   slice belongs to a chain of tasks handing the worker to each other, and it ends in time
+//!   only: when the chain's budget runs out the worker looks at the slice's age, and a slice
+//!   that still has time gets a fresh budget (a hand-off just takes the refill; a coroutine
+//!   inside an operation switches to its worker and is resumed at once, see
+//!   [`budget_used_up`]). So a chain gets one slice period of the worker's time, whatever its
+//!   links cost: two coroutines ping-ponging short messages get as much time as two that do
+//!   milliseconds of work per message, as in Go (its `TestPingPongHog`). Counting a chain's
+//!   operations would give the cheap chain well under a millisecond per slice against the
+//!   costly one's 10 ms. When the time is over, the task running goes behind the worker's queues, and
+//!   so does a task taken from run-next.
 //!
 //! The count is `spindle_park`'s [`Budget`](spindle_park::Budget), one per worker (in its
 //! counters), installed on the worker thread: an operation that leaves some of it is a
 //! thread-local read, a load and a store, with no call into the runtime. The worker refills it
 //! at each fresh slice; the monitor, which marks slice periods, exhausts it when a slice has run
 //! through two of them; either way the next operation finds it at its last unit and asks the
-//! runtime ([`budget_used_up`]), which yields the coroutine.
+//! runtime ([`budget_used_up`]), which yields the coroutine or, in a chain whose slice has time
+//! left, pauses it. The slice's age is read from the monitor's epochs, never from the clock:
+//! no hand-off and no operation reads the time.
+//!
+//! The policies without a run-next slot (FIFO, round-robin) never hand a slice on: every task
+//! starts a fresh one, and their fairness is in turns (see their docs).
 
 use crate::task::{CancelUnwind, Header, Suspend};
 use crate::worker;
@@ -38,10 +57,17 @@ pub fn yield_now() {
 /// [`yield_now`] for the running coroutine whose header is `header` (a cancellation point).
 #[inline]
 fn yield_task(header: &Header) {
+    suspend_task(header, Suspend::Yield);
+}
+
+/// Switches the running coroutine whose header is `header` to its worker with `why` (a yield
+/// or a pause), as a cancellation point on both sides of the switch.
+#[inline(always)]
+fn suspend_task(header: &Header, why: Suspend) {
     if header.should_unwind() {
         cancel_unwind(header);
     }
-    worker::suspend_current(header, Suspend::Yield);
+    worker::suspend_current(header, why);
     if header.should_unwind() {
         cancel_unwind(header);
     }
@@ -72,12 +98,18 @@ pub fn consume_budget() {
 }
 
 /// The worker's hook when the slice's budget is down to its last unit, or was exhausted by the
-/// monitor (the slice ran too long): the running coroutine yields (a cancellation point). The
-/// next slice's budget is refilled when the worker resumes it (`WorkerCtx::run_task`). Nothing
-/// outside a coroutine (the worker's own code).
+/// monitor (the slice ran too long): the running coroutine yields (a cancellation point). In a
+/// slice handed on through run-next whose time is not over it pauses instead: it switches to
+/// its worker, which resumes it at once in the same slice with a fresh budget (also a
+/// cancellation point). The budget is refilled when the worker resumes it
+/// (`WorkerCtx::run_task`). Nothing outside a coroutine (the worker's own code).
 #[cold]
 pub(crate) fn budget_used_up(ctx: &worker::WorkerCtx) {
     if let Some(header) = ctx.running_header() {
-        yield_task(header);
+        if ctx.slice_goes_on() {
+            suspend_task(header, Suspend::Pause);
+        } else {
+            yield_task(header);
+        }
     }
 }

@@ -69,7 +69,7 @@
 //! |---|---|---|
 //! | `WorkStealing` (default) | per-worker deques, a run-next slot, a global injector, stealing | throughput: servers, fan-out/fan-in, uneven work |
 //! | `RoundRobin` | one queue per worker; new coroutines dealt in turn; no migration | predictable placement, per-worker state, measuring |
-//! | `Fifo` | one global first-in-first-out queue | fairness as a reference; latency-sensitive work with few cores |
+//! | `Fifo` | one global first-in-first-out queue | fairness of order as a reference (fair in turns, not in time: see [Fairness](#fairness)); latency-sensitive work with few cores |
 //!
 //! # Memory
 //!
@@ -150,9 +150,17 @@
 //! # Fairness
 //!
 //! A coroutine runs until it suspends. Operations that complete without suspending count
-//! against a per-slice budget ([`consume_budget`]); a task woken into the run-next slot
-//! inherits the slice (Go's rule). A monitor thread ends slices older than 10 ms (the
-//! coroutine yields at its next budgeted operation), and reports a coroutine that keeps its
+//! against a per-slice budget ([`consume_budget`]): a coroutine that only makes such
+//! operations yields after 128 of them. A task woken into the run-next slot inherits the
+//! slice (Go's rule), and from then on the slice ends in time only: a chain of coroutines
+//! waking each other gets one slice of the worker's time (10 to 20 ms), however cheap or
+//! costly its hand-offs, so two coroutines ping-ponging short messages get as much of the
+//! worker as two that work milliseconds per message (the shape of Go's `TestPingPongHog`). That
+//! is the `WorkStealing` policy; `Fifo` and `RoundRobin` have no run-next slot and queue every
+//! wake-up at the back: they are fair in turns (each ready coroutine runs once per round of
+//! the queue), not in time (one that works longer per turn takes more of the worker). A
+//! monitor thread ends slices older than 10 ms (the coroutine yields at its next budgeted
+//! operation), and reports a coroutine that keeps its
 //! worker for more than 10 ms (configurable, or off: [`RuntimeBuilder::stuck_threshold`])
 //! without suspending; it then wakes a sleeping worker to steal the queued coroutines that may
 //! move. Coroutines waiting on that worker's timers (a sleep, any deadline) or IO, migratable

@@ -58,13 +58,20 @@ impl WorkerCounters {
         self.slice_start.store(epoch, Ordering::Relaxed);
     }
 
-    /// Called by the monitor: if the running slice began two epochs ago or more (it has run
-    /// for a whole slice period at least), exhausts its budget so that its task yields at its
-    /// next operation. Called at every tick: a count-down racing with the exhaustion may undo
-    /// it (see `spindle_park::Budget`), and the next tick then exhausts it again.
-    pub(crate) fn end_slice_if_over(&self) {
+    /// Whether the running slice has had its time: it began two epochs ago or more, so it has
+    /// run for a whole slice period at least (10 to 20 ms, as the monitor counts epochs).
+    #[inline]
+    pub(crate) fn slice_over(&self) -> bool {
         let epoch = self.epoch.load(Ordering::Relaxed);
-        if epoch.wrapping_sub(self.slice_start.load(Ordering::Relaxed)) >= 2 {
+        epoch.wrapping_sub(self.slice_start.load(Ordering::Relaxed)) >= 2
+    }
+
+    /// Called by the monitor: if the running slice is [over](Self::slice_over), exhausts its
+    /// budget so that its task yields at its next operation. Called at every tick: a count-down
+    /// (or a refill of a run-next chain's budget) racing with the exhaustion may undo it (see
+    /// `spindle_park::Budget`), and the next tick then exhausts it again.
+    pub(crate) fn end_slice_if_over(&self) {
+        if self.slice_over() {
             self.budget.exhaust();
         }
     }

@@ -31,13 +31,17 @@ use crate::worker;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Policy {
-    /// One global first-in-first-out queue: the fairness reference; scales the least.
-    /// Feature `sched-fifo`.
+    /// One global first-in-first-out queue: the reference for fairness of order; scales the
+    /// least. Fair in turns, not in time: every wake-up queues at the back, so coroutines that
+    /// work long per wake-up take more of the time than ones that work briefly (see
+    /// `spindle_sched::Fifo`). Feature `sched-fifo`.
     Fifo,
-    /// A queue per worker; new coroutines are dealt in turn and never migrate.
-    /// Feature `sched-rr`.
+    /// A queue per worker; new coroutines are dealt in turn and never migrate. Fair in turns,
+    /// not in time, as `Fifo`. Feature `sched-rr`.
     RoundRobin,
-    /// Per-worker deques, stealing, a run-next slot: the default. Feature `sched-ws`.
+    /// Per-worker deques, stealing, a run-next slot: the default. Fair in time: coroutines
+    /// that wake each other share one time slice (10 to 20 ms), so a chain of cheap hand-offs
+    /// gets as much of a worker's time as a chain of costly ones. Feature `sched-ws`.
     WorkStealing,
 }
 

@@ -42,8 +42,14 @@ use crate::state::TaskState;
 /// Why a coroutine switched back to its worker.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Suspend {
-    /// `yield_now` or an exhausted budget: back to the end of the queue.
+    /// `yield_now`, or an exhausted budget in a slice of its own or one whose time is over:
+    /// back to the end of the queue.
     Yield,
+    /// An exhausted budget in a slice handed on through the run-next slot whose time is not
+    /// over: the worker resumes the task at once, in the same slice (see `coop`). The switch
+    /// back lets the worker count a resume (the monitor sees it switch) and look at its
+    /// timers and IO on its way round its loop.
+    Pause,
     /// `spindle_park::park`: idle until woken, or until the deadline (a timer).
     Park(Option<Instant>),
     /// A task on a carrier has ended; its outcome is in the slot (see `carrier`). Handled by

@@ -40,7 +40,9 @@ use crate::metrics::WorkerCounters;
 use crate::runtime::{Shared, WorkerUnpark};
 use crate::task::{Header, NO_HOME, Suspend, TaskRef};
 
-/// Operations a coroutine may complete without blocking before it must yield.
+/// Operations a coroutine may complete without blocking before it must yield (in a slice of
+/// its own), or before it looks at the slice's time (in a slice handed on through run-next;
+/// see `coop`).
 pub(crate) const BUDGET: u32 = 128;
 
 /// How long an idle worker keeps looking for work before it sleeps.
@@ -96,6 +98,10 @@ pub(crate) struct WorkerCtx {
     current: Cell<*const TaskRef>,
     /// Its header, for the hot checks (null when no coroutine runs).
     current_header: Cell<*const Header>,
+    /// The running slice has been handed on through the run-next slot (a task popped from
+    /// there runs in it): it ends when its time is over, not when its budget is spent (see
+    /// `coop`). False in a fresh slice.
+    chained: Cell<bool>,
     pub(crate) timers: RefCell<TimerWheel<TimerEntry>>,
     /// This worker's shared (copying) stack region, made on first use.
     #[cfg(feature = "stack-shared")]
@@ -288,6 +294,7 @@ pub(crate) fn run(
         shared,
         current: Cell::new(ptr::null()),
         current_header: Cell::new(ptr::null()),
+        chained: Cell::new(false),
         timers: RefCell::new(TimerWheel::new(Instant::now())),
         #[cfg(feature = "stack-shared")]
         region: RefCell::new(None),
@@ -368,6 +375,13 @@ impl WorkerCtx {
         // SAFETY: the worker keeps the running task alive (in `current`) while its coroutine
         // runs, and the reference does not outlive `self`'s borrow.
         (!header.is_null()).then(|| unsafe { &*header })
+    }
+
+    /// Whether the running slice goes on when its budget runs out: it has been handed on
+    /// through the run-next slot and its time is not over (see `coop`).
+    #[inline]
+    pub(crate) fn slice_goes_on(&self) -> bool {
+        self.chained.get() && !self.shared.counters[self.index].slice_over()
     }
 
     fn schedule_loop(&self) {
@@ -589,19 +603,29 @@ impl WorkerCtx {
         }
         if popped.inherit_slice {
             // A task handed the worker through the run-next slot (woken or spawned by the task
-            // before it) runs on in that task's slice, and the hand-off counts as one of its
-            // operations: a pair that keeps waking each other by plain wake-ups and parks (which
-            // cost no budget) would otherwise keep the slot, and the worker, for ever. Once the
-            // slice is spent (its operations, or the monitor's time), the task goes behind the
-            // worker's queues as a yield would, and the next task starts a fresh slice.
+            // before it) runs on in that task's slice: the chain of hand-offs shares one slice
+            // (Go's rule), which ends when its time is over, however cheap or costly each link
+            // is — so a chain of short links gets as much of the worker's time as one of long
+            // links, not a fixed number of operations. Each hand-off counts as one operation,
+            // so that the budget runs out now and then and the time is looked at even in a
+            // chain that makes no budgeted operation (plain wake-ups and parks): such a pair
+            // would otherwise keep the slot, and the worker, for ever. Once the slice is over
+            // (or a slice of its own spent its operations before the first hand-off), the task
+            // goes behind the worker's queues as a yield would, and the next task starts a
+            // fresh slice.
             let left = counters.budget.left();
-            if left <= 1 {
+            if left > 1 {
+                // Only this thread counts the budget down (see `spindle_park::Budget`).
+                counters.budget.refill(left - 1);
+            } else if self.chained.get() && !counters.slice_over() {
+                counters.budget.refill(BUDGET);
+            } else {
                 return self.shared.yield_and_pop(self.index, task);
             }
-            // Only this thread counts the budget down (see `spindle_park::Budget`).
-            counters.budget.refill(left - 1);
+            self.chained.set(true);
         } else {
             counters.start_slice(BUDGET);
+            self.chained.set(false);
         }
         if header.registry_key.load(Ordering::Relaxed) == crate::registry::Key::NONE.to_bits() {
             self.first_run(&task);
@@ -621,6 +645,16 @@ impl WorkerCtx {
                 self.register_once(&task);
                 // Back to a queue as it is: queued and running are one state (see `task`).
                 self.shared.yield_and_pop(self.index, task)
+            }
+            Some(Suspend::Pause) => {
+                // Its chain's slice goes on: it runs next, as the run-next slot's task would
+                // (the budget is refilled then). Registered as a yield would be: shutdown
+                // puts it back in a queue if it comes first.
+                self.register_once(&task);
+                Some(Popped {
+                    task,
+                    inherit_slice: true,
+                })
             }
             Some(Suspend::Park(deadline)) => {
                 // Before the task can be seen idle, or woken and run elsewhere.

@@ -31,7 +31,19 @@ use crate::{
 /// tasks keep their place among the unpinned ones.
 ///
 /// Two locks per pop make this the slowest policy under contention; it is the reference for
-/// fairness, not for speed.
+/// fairness of order, not for speed.
+///
+/// # Fair in turns, not in time
+///
+/// Every push goes to the back, a task woken by the running one too, and every pop is a fresh
+/// turn (no [`inherit_slice`](crate::Popped::inherit_slice)). So each ready task gets one turn
+/// per round of the queue, however long its turn lasts: a pair of tasks that wake each other
+/// and work a millisecond per wake-up, sharing a worker with a pair that works a microsecond,
+/// makes as many rounds as that pair but takes about a thousand times as much of the worker's
+/// time.
+/// Fairness in time would need a woken task to run ahead of the queue, on the waker's slice
+/// (a run-next slot), which is what this order rules out. Where time should be shared evenly
+/// between tasks of different cost per wake-up, use [`WorkStealing`](crate::WorkStealing).
 ///
 /// # Examples
 ///

@@ -10,8 +10,8 @@
 //! Three policies, each behind the cargo feature of its name (`fifo`, `round-robin`,
 //! `work-stealing`; all three by default):
 //!
-//! * [`Fifo`]: the fairness reference. One global first-in-first-out order (tasks pinned to a
-//!   worker wait in that worker's queue but keep their place in the global order).
+//! * [`Fifo`]: the fairness reference for order. One global first-in-first-out order (tasks
+//!   pinned to a worker wait in that worker's queue but keep their place in the global order).
 //! * [`RoundRobin`]: one queue per worker; new tasks are dealt to the workers in turn and never
 //!   move. No stealing.
 //! * [`WorkStealing`]: Go's scheduler shape. Per worker a Chase–Lev deque of tasks that may run
@@ -21,6 +21,20 @@
 //! and [`Idle`], Go's spinning-worker protocol: which sleeping worker to wake after a push (so
 //! a wake-up is never lost), and when an idle worker may go to sleep (so idle workers use no
 //! CPU).
+//!
+//! # Fairness: in turns or in time
+//!
+//! [`Fifo`] and [`RoundRobin`] are fair in *turns*: every push, a wake-up included, goes to the
+//! back of a queue, so among the tasks ready for a worker each runs once before any runs twice.
+//! Tasks that do more work per turn get more of a worker's time: two tasks that wake each other
+//! and work a millisecond each time, sharing a worker with two that work a microsecond, take a
+//! thousand times as much of its time. [`WorkStealing`] can be fair in *time*: a task woken or spawned by the running
+//! one goes to the run-next slot and inherits the running time slice
+//! ([`Popped::inherit_slice`]), so such a chain runs on in one slice, and a runtime that ends
+//! slices by their time (as Go's does) gives the cheap chain and the costly one a slice each.
+//! The other two cannot do that and keep their promise: running a woken task ahead of the
+//! queue is exactly what their order forbids. Pick [`WorkStealing`] where tasks of very
+//! different cost per wake-up share workers and each should get its share of the time.
 //!
 //! # Pinning
 //!
@@ -217,8 +231,11 @@ pub enum Notify {
 pub struct Popped<T> {
     /// The task to run.
     pub task: T,
-    /// It came from the run-next slot: it inherits the current time slice (Go's rule), so two
-    /// tasks that keep waking each other cannot monopolise a worker.
+    /// It came from the run-next slot: it inherits the current time slice (Go's rule). A
+    /// chain of tasks that keep waking each other then shares one slice, so it cannot
+    /// monopolise a worker, and a runtime that ends slices by their time gives each chain the
+    /// same share of the worker's time however cheap its hand-offs are. Only [`WorkStealing`]
+    /// sets it; the other policies queue every task behind the others, and are fair in turns.
     pub inherit_slice: bool,
 }
 

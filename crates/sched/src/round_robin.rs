@@ -24,6 +24,13 @@ use crate::{
 /// task to the worker that first runs it, the worker a task is dealt to is the one that runs
 /// it. Each worker's queue is strictly FIFO.
 ///
+/// Like [`Fifo`](crate::Fifo), it is fair in turns, not in time: a woken task goes to the back
+/// of its worker's queue and starts a fresh turn, so a pair of tasks that wake each other gets
+/// one turn per round of the queue however much work each turn does, and tasks that work long
+/// per wake-up take most of the worker's time from tasks that work briefly. Sharing time
+/// evenly would need a woken task to run ahead of the queue (a run-next slot), which a strict
+/// FIFO queue rules out; use [`WorkStealing`](crate::WorkStealing) for that.
+///
 /// Inside, a worker's queue is two: a private one that only the worker's own thread touches
 /// (what it pushes itself — a yield, a wake-up it makes — costs no atomic read-modify-write
 /// once the thread is [bound](Policy::bind_worker)), and an inbox for pushes from other

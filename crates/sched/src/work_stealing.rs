@@ -38,7 +38,8 @@ pub const RUN_NEXT_GRACE: std::time::Duration = std::time::Duration::from_micros
 ///   `Reason::Spawned`, `here == Some(w)`) that may run on `w` goes there, and the previous
 ///   occupant is kicked to the back of the queues. Popping it returns `inherit_slice: true`:
 ///   the runtime keeps the current time slice running, so two tasks waking each other cannot
-///   monopolise the worker. Spawns go there too (Go's `newproc`): a task that spawns a partner
+///   monopolise the worker, and a chain of cheap hand-offs gets a slice of time as a chain of
+///   costly ones does (see [crate docs](crate#fairness-in-turns-or-in-time)). Spawns go there too (Go's `newproc`): a task that spawns a partner
 ///   and then waits for it — a request handed to a handler, one end of a channel — runs the
 ///   partner next on the same worker, warm in cache, instead of handing it to a thief.
 ///
