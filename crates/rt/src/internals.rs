@@ -239,12 +239,20 @@
 //! own coroutine does: it waited for the coroutine that waits for that very job
 //! (`tests/shutdown.rs`).
 //!
-//! **Budget**: operations that may complete without blocking cost one of 128 units; at zero, or
-//! when the slice (10 ms, counted by the monitor) is over, the coroutine yields; run-next inherits
-//! the slice, and each run-next hand-off costs one unit of it: a task popped from run-next with the
-//! slice spent goes behind the worker's queues instead (a pair waking each other by plain wake-up
-//! and park — no budgeted operation — kept the slot and the worker for ever, and the monitor's
-//! exhaustion of the budget was never looked at; `tests/run_next_fairness.rs`). A park counts only
+//! **Budget and time slices**: operations that may complete without blocking cost one of 128
+//! units. A slice of its own (a task popped from a queue) ends when its budget is spent or its
+//! time is over (two monitor epochs, 10–20 ms); the coroutine yields. A task popped from run-next
+//! inherits the slice (Go's rule), and each hand-off costs one unit. From the first hand-off on,
+//! the slice ends in time only: when its budget runs out, the worker checks the slice's age
+//! (`WorkerCounters::slice_over`, the monitor's epochs, no clock read); if it is not over the
+//! budget is refilled — a hand-off takes the refill (`WorkerCtx::run_task`), and a coroutine
+//! inside an operation pauses (`Suspend::Pause`: it switches to its worker, which resumes it at
+//! once in the same slice, so timers, IO and the monitor still see it). When the slice is over,
+//! the running task yields and a task popped from run-next goes behind the worker's queues. So a
+//! chain of cheap hand-offs gets as much of the worker's time as a chain of costly ones (Go's
+//! `TestPingPongHog` shape: `tests/fairness.rs`), and a pair waking each other by plain wake-up
+//! and park cannot keep the worker for ever (`tests/run_next_fairness.rs`). FIFO and round-robin
+//! never hand a slice on: they are fair in turns, not in time. A park counts only
 //! when it finds its permit without suspending (one that suspended gave its worker up; it used to
 //! count too, ~25 instructions per blocked operation for nothing). Channel sends and receives,
 //! readiness-path socket operations and `join` count **before** they act: the yield is a
