@@ -202,6 +202,7 @@ pub use io::{DriverFactory, IoBackend};
 pub use join::{CancelGuard, JoinError, JoinHandle};
 pub use local::LocalKey;
 pub use metrics::{Metrics, WorkerMetrics};
+pub use monitor::StuckReport;
 pub use runtime::{BuildError, Handle, Policy, Runtime, RuntimeBuilder, StackKind};
 pub use scope::{Scope, ScopedJoinHandle, scope};
 pub use spawn::{Builder, spawn};

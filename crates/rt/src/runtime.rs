@@ -128,6 +128,7 @@ pub struct RuntimeBuilder {
     on_start: Option<ThreadHook>,
     on_stop: Option<ThreadHook>,
     stuck_threshold: Option<Duration>,
+    on_stuck: Option<crate::monitor::StuckHook>,
     blocking_threads: usize,
     blocking_keep_alive: Duration,
     shared_stack_size: usize,
@@ -211,6 +212,7 @@ impl Default for RuntimeBuilder {
             on_start: None,
             on_stop: None,
             stuck_threshold: Some(Duration::from_millis(10)),
+            on_stuck: None,
             blocking_threads: 512,
             blocking_keep_alive: Duration::from_secs(10),
             shared_stack_size: 256 * 1024,
@@ -275,6 +277,31 @@ impl RuntimeBuilder {
     /// [`consume_budget`]: crate::consume_budget
     pub fn stuck_threshold(mut self, threshold: Option<Duration>) -> Self {
         self.stuck_threshold = threshold;
+        self
+    }
+
+    /// Hands each stuck-coroutine report (see [`stuck_threshold`]) to `f` instead of the
+    /// [`log`] facade, where it goes by default (at `warn`, target `spindle_rt::monitor`).
+    /// `f` runs on the monitor thread, which watches the workers and ends time slices: it
+    /// should return quickly (send the report somewhere, count it). A panic in `f` is caught
+    /// and logged at `error`.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use spindle_rt::Runtime;
+    ///
+    /// let reports = Arc::new(Mutex::new(Vec::new()));
+    /// let sink = reports.clone();
+    /// let rt = Runtime::builder()
+    ///     .on_stuck(move |report| sink.lock().unwrap().push(report.to_string()))
+    ///     .build()?;
+    /// # drop(rt);
+    /// # Ok::<(), spindle_rt::BuildError>(())
+    /// ```
+    ///
+    /// [`stuck_threshold`]: RuntimeBuilder::stuck_threshold
+    pub fn on_stuck(mut self, f: impl Fn(&crate::StuckReport) + Send + Sync + 'static) -> Self {
+        self.on_stuck = Some(Arc::new(f));
         self
     }
 
@@ -487,10 +514,11 @@ impl RuntimeBuilder {
             return Err(abandon_build(&shared, handles, e));
         }
         // Started whatever the stuck threshold: the monitor also ends time slices.
-        let monitor = match crate::monitor::start(&shared, shared.stuck_threshold) {
-            Ok(monitor) => monitor,
-            Err(e) => return Err(abandon_build(&shared, handles, BuildError::Thread(e))),
-        };
+        let monitor =
+            match crate::monitor::start(&shared, shared.stuck_threshold, self.on_stuck.clone()) {
+                Ok(monitor) => monitor,
+                Err(e) => return Err(abandon_build(&shared, handles, BuildError::Thread(e))),
+            };
         Ok(Runtime {
             shared,
             threads: handles,
@@ -896,7 +924,7 @@ impl Runtime {
         if let Some(why) = why {
             if std::thread::panicking() {
                 // A second panic here would abort: say it and leave the runtime running.
-                eprintln!("spindle: {why}; it is left running");
+                log::error!("{why}; it is left running");
                 return false;
             }
             panic!("{why}");
