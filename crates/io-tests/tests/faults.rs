@@ -624,7 +624,8 @@ fn child_io_uring_refused() {
         "{err}"
     );
     // It says why, and that it is the default choice that would fall back.
-    let msg = err.to_string();
+    // (The message says what failed, its source why.)
+    let msg = std::error::Error::source(&err).unwrap().to_string();
     assert!(msg.contains("io_uring_setup failed"), "{msg}");
     assert!(msg.contains("IoBackend::Auto"), "{msg}");
     // The default falls back, twice, with one line in all.

@@ -75,7 +75,11 @@
 //! buffer to the kernel asks [`on_copying_stack`] and bounces such buffers through the heap.
 #![deny(missing_docs)]
 
+// Shared with Spindle's other crates (spindle-rt, spindle-sync, spindle-io), which is why they
+// are public; they are not part of this crate's API and may change in any release.
+#[doc(hidden)]
 pub mod block_cache;
+#[doc(hidden)]
 pub mod spin;
 
 use std::cell::Cell;

@@ -178,10 +178,11 @@ impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BuildError::Invalid(why) => write!(f, "invalid runtime configuration: {why}"),
-            BuildError::Stack(e) => write!(f, "cannot set up the runtime's stacks: {e}"),
-            BuildError::Thread(e) => write!(f, "cannot spawn a worker thread: {e}"),
-            BuildError::Io(e) => write!(f, "cannot set up the IO driver: {e}"),
-            BuildError::Sched(e) => write!(f, "invalid worker count: {e}"),
+            // These say what failed; why is the source's message, not repeated here.
+            BuildError::Stack(_) => f.write_str("cannot set up the runtime's stacks"),
+            BuildError::Thread(_) => f.write_str("cannot spawn a worker thread"),
+            BuildError::Io(_) => f.write_str("cannot set up the IO driver"),
+            BuildError::Sched(_) => f.write_str("invalid worker count"),
             BuildError::NotCompiled { what, feature } => write!(
                 f,
                 "{what} is not compiled in: enable the `{feature}` feature of spindle (or of \

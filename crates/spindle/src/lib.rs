@@ -205,7 +205,13 @@ macro_rules! with_io {
 with_io! {
     /// Blocking-style IO (the `spindle-io` crate) and the backends compiled in.
     pub mod io {
-        pub use spindle_io::*;
+        pub use spindle_io::{net, offload};
+        #[cfg(unix)]
+        pub use spindle_io::{Io, PipeReader, PipeWriter, fs, pipe};
+
+        /// The interface between a runtime and its IO backends, for writing a backend of your
+        /// own: `spindle_io::driver` (an application never needs it).
+        pub use spindle_io::driver;
 
         /// The epoll backend (Linux; empty elsewhere): the `spindle-io-epoll` crate.
         #[cfg(feature = "io-epoll")]

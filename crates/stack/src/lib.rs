@@ -92,7 +92,7 @@ mod valgrind;
 
 use std::ptr::NonNull;
 
-pub use error::StackError;
+pub use error::{OsError, StackError};
 pub use fixed::FixedStack;
 #[cfg(feature = "growable")]
 pub use growable::GrowableStack;
