@@ -271,11 +271,12 @@ impl RuntimeBuilder {
     }
 
     /// How long a coroutine may run without suspending before the monitor reports it (once
-    /// per run, naming it) and wakes a sleeping worker to take over what can be stolen from
+    /// per run, naming it: through the `log` facade, or to [`on_stuck`]) and wakes a sleeping worker to take over what can be stolen from
     /// its worker; `None` turns the report (and that wake-up) off. Default 10 ms. The monitor
     /// thread runs either way: it also ends time slices (see [`consume_budget`]).
     ///
     /// [`consume_budget`]: crate::consume_budget
+    /// [`on_stuck`]: RuntimeBuilder::on_stuck
     pub fn stuck_threshold(mut self, threshold: Option<Duration>) -> Self {
         self.stuck_threshold = threshold;
         self
