@@ -70,7 +70,7 @@ fn build(extra: &[&str]) -> Result<PathBuf, String> {
     for line in out.lines().filter(|l| l.starts_with('{')) {
         let msg = json::parse(line)?;
         if msg.get("reason").and_then(Json::as_str) == Some("compiler-artifact")
-            && msg.path(&["target", "name"]).and_then(Json::as_str) == Some(PACKAGE)
+            && msg.pointer("/target/name").and_then(Json::as_str) == Some(PACKAGE)
             && let Some(path) = msg.get("executable").and_then(Json::as_str)
         {
             exe = Some(PathBuf::from(path));

@@ -494,7 +494,7 @@ fn test_executables(messages: &str) -> Result<Vec<TestBin>, String> {
     for line in messages.lines().filter(|l| l.starts_with('{')) {
         let msg = json::parse(line)?;
         if msg.get("reason").and_then(Json::as_str) != Some("compiler-artifact")
-            || msg.path(&["profile", "test"]).and_then(Json::as_bool) != Some(true)
+            || msg.pointer("/profile/test").and_then(Json::as_bool) != Some(true)
         {
             continue;
         }

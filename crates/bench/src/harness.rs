@@ -13,7 +13,6 @@
 //! * The results go to the terminal as a table, to `--json PATH`, and as a bar chart of the
 //!   ratios to `--svg PATH` (default: beside the JSON, same name, `.svg`; see [`crate::chart`]).
 
-use std::fmt::Write as _;
 use std::hint::black_box;
 use std::io::IsTerminal as _;
 use std::panic::{self, AssertUnwindSafe};
@@ -381,30 +380,11 @@ pub fn fmt_value(v: f64) -> String {
     }
 }
 
-/// Rounds a value for the JSON report (3 decimals; more precision is noise).
-fn json_value(v: f64) -> String {
+/// A value for the JSON report, rounded to 3 decimals (more precision is noise). JSON has no
+/// NaN or infinity: such a value (a measurement that divided by zero) is written as `null`.
+fn json_value(v: f64) -> serde_json::Value {
     let r = (v * 1000.0).round() / 1000.0;
-    format!("{r}")
-}
-
-fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    serde_json::Number::from_f64(r).map_or(serde_json::Value::Null, serde_json::Value::Number)
 }
 
 /// The CPU model and core counts, for the header.
@@ -570,13 +550,12 @@ pub fn run_suite(suite: &Suite, opts: &RunOptions) -> Result<bool, String> {
                 fmt_value(s.max),
                 bench.unit.as_str()
             );
-            json_rows.push(format!(
-                "  {{\"bench\": {}, \"impl\": {}, \"value\": {}, \"unit\": {}}}",
-                json_string(bench.name),
-                json_string(row.imp),
-                json_value(s.median),
-                json_string(bench.unit.as_str())
-            ));
+            json_rows.push(serde_json::json!({
+                "bench": bench.name,
+                "impl": row.imp,
+                "value": json_value(s.median),
+                "unit": bench.unit.as_str(),
+            }));
             chart.values.push((row.imp.to_string(), s.median));
         }
         chart_benches.push(chart);
@@ -595,12 +574,10 @@ pub fn run_suite(suite: &Suite, opts: &RunOptions) -> Result<bool, String> {
     }
 
     if let Some(path) = &opts.json {
-        let json = format!(
-            "{{\"suite\": {}, \"results\": [\n{}\n]}}\n",
-            json_string(suite.name),
-            json_rows.join(",\n")
-        );
-        std::fs::write(path, json)
+        let report = serde_json::json!({ "suite": suite.name, "results": json_rows });
+        let json = serde_json::to_string_pretty(&report)
+            .map_err(|e| format!("cannot format the JSON report: {e}"))?;
+        std::fs::write(path, json + "\n")
             .map_err(|e| format!("cannot write JSON report {}: {e}", path.display()))?;
         println!();
         println!("wrote {}", path.display());
@@ -643,10 +620,14 @@ mod tests {
     }
 
     #[test]
-    fn json_escapes() {
-        assert_eq!(json_string("a\"b\\c\n"), "\"a\\\"b\\\\c\\n\"");
-        assert_eq!(json_value(1.23456), "1.235");
-        assert_eq!(json_value(1e6), "1000000");
+    fn json_values_are_rounded_and_never_nan_or_infinite() {
+        assert_eq!(json_value(1.23456).to_string(), "1.235");
+        assert_eq!(json_value(1e6).to_string(), "1000000.0");
+        for v in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            assert_eq!(json_value(v), serde_json::Value::Null, "{v}");
+        }
+        let row = serde_json::json!({ "bench": "a\"b", "value": json_value(f64::NAN) });
+        assert_eq!(row.to_string(), r#"{"bench":"a\"b","value":null}"#);
     }
 
     #[test]

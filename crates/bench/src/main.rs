@@ -46,7 +46,7 @@ usage:
   spindle-bench wakecost [--gaps US,US,...] [--wakes N]
 
   --quick          15 ms per time sample and 3 rounds (default 100 ms and 9)
-  --json PATH      write the results (value = median) as JSON
+  --json PATH      write the results (value = median; null if not finite) as JSON
   --svg PATH       write a bar chart of the ratios (default: beside --json, as .svg)
   --filter S       only benches whose name contains S
   --rounds N       number of side-by-side rounds";

@@ -85,7 +85,8 @@
 //!
 //! # Documented aborts
 //!
-//! Everything else is an error or a panic; these abort the process:
+//! Everything else is an error or a panic; these abort the process, after one line on stderr
+//! saying why (the only writes to stderr in this crate: it prints nothing else):
 //!
 //! * **Stack overflow** (above): one line naming the coroutine, then abort.
 //! * **A panic escaping a destructor during a forced unwind** (dropping a suspended

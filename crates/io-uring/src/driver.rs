@@ -924,7 +924,10 @@ impl Driver for UringDriver {
             // SAFETY: a cancel request holds no pointers. If the queue stays full it is lost
             // and the request keeps its listener's socket open until the ring goes: report it.
             if let Err(e) = unsafe { inner.push(&entry) } {
-                eprintln!("spindle-io-uring: could not cancel a multishot accept: {e}");
+                log::warn!(
+                    "could not cancel a multishot accept ({e}): its listener's socket stays open \
+                     until the ring is dropped"
+                );
             }
         }
         let result = match timeout {

@@ -150,6 +150,16 @@
 //! result nobody will take — its `submit` unwound, or its record still in the kernel at the
 //! drop — is closed too.
 //!
+//! # Output and aborts
+//!
+//! The driver writes nothing itself: what it has to report (a multishot accept it could not
+//! cancel, so that its listener's socket stays open until the ring goes) is logged through the
+//! [`log`](https://docs.rs/log) facade, at `warn`. One case aborts the process, after one line
+//! on stderr saying why: a task that drives the ring itself (`submit` without a parked worker)
+//! and whose `io_uring_enter` fails a thousand times in a row, 1 ms apart, while its operation
+//! is in the kernel. It cannot wait for the completion any more, and returning would let the
+//! kernel write into memory that is then freed.
+//!
 //! # Requirements
 //!
 //! Linux 5.11 or newer (`IORING_FEAT_EXT_ARG`, `IORING_FEAT_NODROP`, `POLL_ADD`,

@@ -1,8 +1,7 @@
 //! Spindle's IO: one driver interface for readiness and completion backends, and blocking-style
 //! sockets, pipes and files that suspend only the calling coroutine.
 //!
-//! See [`driver`] for how a runtime and a backend meet, and [`registrations`] for the table the
-//! readiness backends keep their registrations in.
+//! See [`driver`] for how a runtime and a backend meet.
 //!
 //! # The worker's driver is not for applications
 //!
@@ -43,6 +42,9 @@ pub mod net;
 mod offload;
 #[cfg(unix)]
 mod pipe;
+// The table of Spindle's readiness backends (epoll, kqueue, polling), public for them; not
+// part of this crate's API.
+#[doc(hidden)]
 pub mod registrations;
 mod scheduled;
 mod source;

@@ -1,12 +1,15 @@
-//! Unix system calls the std types do not offer in non-blocking form: socket creation with
-//! `O_NONBLOCK`, `accept4`, non-blocking `connect`, address conversions.
+//! Unix system calls the std types do not offer in non-blocking form. Sockets and socket
+//! addresses go through `socket2` (non-blocking, close-on-exec sockets, `accept4`,
+//! non-blocking `connect`, address layouts with `sin_len` where the platform has it); what it
+//! does not offer is here: the flags of a stream read (`MSG_CTRUNC`), pipe inspection,
+//! `O_NONBLOCK` on descriptors that are not sockets.
 
 use std::io;
 use std::mem;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
-use std::os::fd::AsRawFd;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::net::SocketAddr;
+use std::os::fd::{OwnedFd, RawFd};
+
+use socket2::{Domain, SockAddr, SockAddrStorage, SockRef, Socket, Type};
 
 /// Turns a `-1` return into the thread's `errno` as an error.
 pub(crate) fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
@@ -17,44 +20,23 @@ pub(crate) fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
-/// A new socket in non-blocking, close-on-exec mode.
-pub(crate) fn socket(domain: libc::c_int, ty: libc::c_int) -> io::Result<OwnedFd> {
+/// A new socket in non-blocking, close-on-exec mode (and `SO_NOSIGPIPE` on Apple systems,
+/// which have no `MSG_NOSIGNAL`: a send on a closed connection gives `EPIPE`, not `SIGPIPE`).
+pub(crate) fn socket(domain: Domain, ty: Type) -> io::Result<Socket> {
+    // Where the kernel takes SOCK_NONBLOCK, one syscall; `Socket::new` adds the rest.
     #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
     {
-        // SAFETY: plain syscall; the flags are valid for socket(2) on these systems.
-        let fd =
-            cvt(unsafe { libc::socket(domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
-        // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        Socket::new(domain, ty.nonblocking(), None)
     }
     #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
     {
-        // SAFETY: plain syscall.
-        let fd = cvt(unsafe { libc::socket(domain, ty, 0) })?;
-        // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        set_cloexec(fd.as_raw_fd())?;
-        set_nonblocking(fd.as_raw_fd())?;
-        #[cfg(target_vendor = "apple")]
-        {
-            // No MSG_NOSIGNAL on Apple systems: the socket option instead (EPIPE, not SIGPIPE).
-            let one: libc::c_int = 1;
-            // SAFETY: a valid option value of the right size for SO_NOSIGPIPE.
-            cvt(unsafe {
-                libc::setsockopt(
-                    fd.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_NOSIGPIPE,
-                    (&one as *const libc::c_int).cast(),
-                    mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            })?;
-        }
-        Ok(fd)
+        let s = Socket::new(domain, ty, None)?;
+        s.set_nonblocking(true)?;
+        Ok(s)
     }
 }
 
-/// Sets `O_NONBLOCK` on `fd` (no-op if set).
+/// Sets `O_NONBLOCK` on `fd` (no-op if set): for descriptors that need not be sockets.
 pub(crate) fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     // SAFETY: fcntl on an fd the caller owns; F_GETFL takes no argument.
     let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
@@ -65,87 +47,26 @@ pub(crate) fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
-#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
-fn set_cloexec(fd: RawFd) -> io::Result<()> {
-    // SAFETY: fcntl on an fd the caller owns.
-    let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
-    // SAFETY: as above.
-    cvt(unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) })?;
-    Ok(())
-}
-
 /// `accept4(2)` with `SOCK_NONBLOCK | SOCK_CLOEXEC` (or the equivalent): the new connection and
-/// the raw peer address.
-pub(crate) fn accept(fd: RawFd) -> io::Result<(OwnedFd, libc::sockaddr_storage, libc::socklen_t)> {
-    // SAFETY: all-zero is a valid sockaddr_storage.
-    let mut storage: libc::sockaddr_storage = unsafe { mem::zeroed() };
-    let mut len = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+/// the peer's address.
+pub(crate) fn accept(listener: SockRef<'_>) -> io::Result<(OwnedFd, SockAddr)> {
     #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
-    {
-        // SAFETY: `storage` and `len` are valid for writes and `len` holds storage's size.
-        let new = cvt(unsafe {
-            libc::accept4(
-                fd,
-                (&mut storage as *mut libc::sockaddr_storage).cast(),
-                &mut len,
-                libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            )
-        })?;
-        // SAFETY: a new fd from accept4, owned by nobody else.
-        Ok((unsafe { OwnedFd::from_raw_fd(new) }, storage, len))
-    }
+    let (new, addr) = listener.accept4(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)?;
     #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
-    {
-        // SAFETY: as above.
-        let new = cvt(unsafe {
-            libc::accept(
-                fd,
-                (&mut storage as *mut libc::sockaddr_storage).cast(),
-                &mut len,
-            )
-        })?;
-        // SAFETY: a new fd from accept, owned by nobody else.
-        let new = unsafe { OwnedFd::from_raw_fd(new) };
-        set_cloexec(new.as_raw_fd())?;
-        set_nonblocking(new.as_raw_fd())?;
-        Ok((new, storage, len))
-    }
-}
-
-/// `getsockopt(SO_ERROR)`: the pending error of a socket, cleared by reading it.
-pub(crate) fn take_error(fd: RawFd) -> io::Result<Option<io::Error>> {
-    let mut err: libc::c_int = 0;
-    let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `err` and `len` are valid for writes and `len` holds err's size.
-    cvt(unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_ERROR,
-            (&mut err as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    })?;
-    Ok((err != 0).then(|| io::Error::from_raw_os_error(err)))
-}
-
-/// Whether `fd` is a socket that keeps message boundaries in order (`SOCK_SEQPACKET`), whose
-/// reads return one record each: a short read there leaves the next record queued. False if
-/// the type cannot be read.
-pub(crate) fn is_seqpacket(fd: RawFd) -> bool {
-    let mut ty: libc::c_int = 0;
-    let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `ty` and `len` are valid for writes and `len` holds ty's size.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_TYPE,
-            (&mut ty as *mut libc::c_int).cast(),
-            &mut len,
-        )
+    let (new, addr) = {
+        // Close-on-exec (and SO_NOSIGPIPE on Apple systems) come with socket2's accept.
+        let (new, addr) = listener.accept()?;
+        new.set_nonblocking(true)?;
+        (new, addr)
     };
-    rc == 0 && ty == libc::SOCK_SEQPACKET
+    Ok((new.into(), addr))
+}
+
+/// Whether `socket` keeps message boundaries in order (`SOCK_SEQPACKET`), whose reads return
+/// one record each: a short read there leaves the next record queued. False if the type
+/// cannot be read.
+pub(crate) fn is_seqpacket(socket: SockRef<'_>) -> bool {
+    socket.r#type().is_ok_and(|ty| ty == Type::SEQPACKET)
 }
 
 /// Whether `fd` is a pipe or FIFO whose writes are a byte stream: not a packet-mode pipe's
@@ -176,18 +97,11 @@ pub(crate) fn is_byte_stream_fifo(fd: RawFd) -> bool {
 
 /// Starts a non-blocking `connect(2)`. `Ok(true)`: connected; `Ok(false)`: in progress (wait
 /// for writability, then read `SO_ERROR`).
-pub(crate) fn connect_start(
-    fd: RawFd,
-    addr: &libc::sockaddr_storage,
-    len: libc::socklen_t,
-) -> io::Result<bool> {
+pub(crate) fn connect_start(socket: SockRef<'_>, addr: &SockAddr) -> io::Result<bool> {
     loop {
-        // SAFETY: `addr` is a valid socket address of `len` bytes.
-        let r = unsafe { libc::connect(fd, (addr as *const libc::sockaddr_storage).cast(), len) };
-        if r == 0 {
+        let Err(e) = socket.connect(addr) else {
             return Ok(true);
-        }
-        let e = io::Error::last_os_error();
+        };
         match e.raw_os_error() {
             Some(libc::EINPROGRESS) => return Ok(false),
             Some(libc::EINTR) => {
@@ -202,153 +116,69 @@ pub(crate) fn connect_start(
     }
 }
 
-/// A `SocketAddr` as a C socket address.
+/// A `SocketAddr` as a C socket address, as the proactor's operations take it.
 pub(crate) fn socket_addr_to_raw(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: all-zero is a valid sockaddr_storage.
-    let mut storage: libc::sockaddr_storage = unsafe { mem::zeroed() };
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            // SAFETY: all-zero is a valid sockaddr_in.
-            let mut sin: libc::sockaddr_in = unsafe { mem::zeroed() };
-            sin.sin_family = libc::AF_INET as libc::sa_family_t;
-            sin.sin_port = a.port().to_be();
-            sin.sin_addr = libc::in_addr {
-                s_addr: u32::from_ne_bytes(a.ip().octets()),
-            };
-            #[cfg(any(target_os = "freebsd", target_vendor = "apple"))]
-            {
-                sin.sin_len = mem::size_of::<libc::sockaddr_in>() as u8;
-            }
-            // SAFETY: sockaddr_storage is larger than and aligned for any sockaddr type.
-            unsafe { ptr_write(&mut storage, sin) };
-            mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            // SAFETY: all-zero is a valid sockaddr_in6.
-            let mut sin6: libc::sockaddr_in6 = unsafe { mem::zeroed() };
-            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            sin6.sin6_port = a.port().to_be();
-            sin6.sin6_addr = libc::in6_addr {
-                s6_addr: a.ip().octets(),
-            };
-            sin6.sin6_flowinfo = a.flowinfo();
-            sin6.sin6_scope_id = a.scope_id();
-            #[cfg(any(target_os = "freebsd", target_vendor = "apple"))]
-            {
-                sin6.sin6_len = mem::size_of::<libc::sockaddr_in6>() as u8;
-            }
-            // SAFETY: as above.
-            unsafe { ptr_write(&mut storage, sin6) };
-            mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (storage, len as libc::socklen_t)
+    let addr = SockAddr::from(*addr);
+    let len = addr.len();
+    let mut storage = addr.as_storage();
+    // SAFETY: `sockaddr_storage` is one of this platform's socket address types.
+    let raw = *unsafe { storage.view_as::<libc::sockaddr_storage>() };
+    (raw, len)
 }
 
-/// Writes a concrete socket address at the start of `storage`.
-///
-/// # Safety
-///
-/// `T` must be a C socket address type (no larger than, and aligned no more strictly than,
-/// `sockaddr_storage`).
-unsafe fn ptr_write<T>(storage: &mut libc::sockaddr_storage, value: T) {
-    debug_assert!(mem::size_of::<T>() <= mem::size_of::<libc::sockaddr_storage>());
-    // SAFETY: the caller guarantees that `T` fits and is suitably aligned; `storage` is a
-    // valid, exclusive place.
-    unsafe {
-        (storage as *mut libc::sockaddr_storage)
-            .cast::<T>()
-            .write(value)
-    };
-}
-
-/// A C socket address as a `SocketAddr`.
+/// A C socket address (as the kernel filled it in for an accept or a receive) as a
+/// `SocketAddr`.
 pub(crate) fn raw_to_socket_addr(
-    storage: &libc::sockaddr_storage,
+    raw: &libc::sockaddr_storage,
     len: libc::socklen_t,
 ) -> io::Result<SocketAddr> {
-    let len = len as usize;
-    match libc::c_int::from(storage.ss_family) {
-        libc::AF_INET if len >= mem::size_of::<libc::sockaddr_in>() => {
-            // SAFETY: the family says it is a sockaddr_in and it is long enough.
-            let sin: libc::sockaddr_in = unsafe {
-                (storage as *const libc::sockaddr_storage)
-                    .cast::<libc::sockaddr_in>()
-                    .read()
-            };
-            let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
-            Ok(SocketAddr::V4(SocketAddrV4::new(
-                ip,
-                u16::from_be(sin.sin_port),
-            )))
-        }
-        libc::AF_INET6 if len >= mem::size_of::<libc::sockaddr_in6>() => {
-            // SAFETY: the family says it is a sockaddr_in6 and it is long enough.
-            let sin6: libc::sockaddr_in6 = unsafe {
-                (storage as *const libc::sockaddr_storage)
-                    .cast::<libc::sockaddr_in6>()
-                    .read()
-            };
-            let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
-            Ok(SocketAddr::V6(SocketAddrV6::new(
-                ip,
-                u16::from_be(sin6.sin6_port),
-                sin6.sin6_flowinfo,
-                sin6.sin6_scope_id,
-            )))
-        }
-        _ => Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not an IPv4 or IPv6 socket address",
-        )),
+    // Only a whole `sockaddr_in` or `sockaddr_in6` is an internet address.
+    let needed = match libc::c_int::from(raw.ss_family) {
+        libc::AF_INET => mem::size_of::<libc::sockaddr_in>(),
+        libc::AF_INET6 => mem::size_of::<libc::sockaddr_in6>(),
+        _ => return Err(not_an_internet_address()),
+    };
+    if (len as usize) < needed || len as usize > mem::size_of::<libc::sockaddr_storage>() {
+        return Err(not_an_internet_address());
     }
+    let mut storage = SockAddrStorage::zeroed();
+    // SAFETY: `sockaddr_storage` is one of this platform's socket address types.
+    *unsafe { storage.view_as::<libc::sockaddr_storage>() } = *raw;
+    // SAFETY: the kernel wrote one address of `len` bytes, whose family matches its layout.
+    let addr = unsafe { SockAddr::new(storage, len) };
+    addr.as_socket().ok_or_else(not_an_internet_address)
 }
 
-/// The address family of a `SocketAddr`.
-pub(crate) fn domain_of(addr: &SocketAddr) -> libc::c_int {
-    match addr {
-        SocketAddr::V4(_) => libc::AF_INET,
-        SocketAddr::V6(_) => libc::AF_INET6,
-    }
+fn not_an_internet_address() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "not an IPv4 or IPv6 socket address",
+    )
 }
 
-/// A Unix socket path as a `sockaddr_un` (in a `sockaddr_storage`).
-pub(crate) fn unix_addr(
-    path: &std::path::Path,
-) -> io::Result<(libc::sockaddr_storage, libc::socklen_t)> {
+/// The room for a Unix socket path in a `sockaddr_un` (108 bytes on Linux, 104 on the BSDs),
+/// its terminating NUL included.
+const SUN_PATH_LEN: usize =
+    mem::size_of::<libc::sockaddr_un>() - mem::offset_of!(libc::sockaddr_un, sun_path);
+
+/// A Unix socket path as a socket address: a filesystem path (no NUL bytes; Linux's abstract
+/// names are not offered), shorter than `sun_path`.
+pub(crate) fn unix_addr(path: &std::path::Path) -> io::Result<SockAddr> {
     use std::os::unix::ffi::OsStrExt;
     let bytes = path.as_os_str().as_bytes();
-    // SAFETY: all-zero is a valid sockaddr_un.
-    let mut sun: libc::sockaddr_un = unsafe { mem::zeroed() };
     if bytes.contains(&0) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "a Unix socket path must not contain a NUL byte",
         ));
     }
-    if bytes.len() >= sun.sun_path.len() {
+    if bytes.len() >= SUN_PATH_LEN {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!(
-                "a Unix socket path must be shorter than {} bytes",
-                sun.sun_path.len()
-            ),
+            format!("a Unix socket path must be shorter than {SUN_PATH_LEN} bytes"),
         ));
     }
-    sun.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (dst, src) in sun.sun_path.iter_mut().zip(bytes) {
-        *dst = *src as libc::c_char;
-    }
-    let len = mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
-    #[cfg(any(target_os = "freebsd", target_vendor = "apple"))]
-    {
-        sun.sun_len = len as u8;
-    }
-    // SAFETY: all-zero is a valid sockaddr_storage.
-    let mut storage: libc::sockaddr_storage = unsafe { mem::zeroed() };
-    // SAFETY: sockaddr_un fits in (and is aligned for) sockaddr_storage.
-    unsafe { ptr_write(&mut storage, sun) };
-    Ok((storage, len as libc::socklen_t))
+    SockAddr::unix(path)
 }
 
 /// The raw descriptor of a socket, as the driver interface names sources.
@@ -359,61 +189,28 @@ pub(crate) fn raw<S: std::os::fd::AsRawFd + ?Sized>(s: &S) -> RawFd {
 /// A listening TCP socket bound to `addr` (with `SO_REUSEADDR`), non-blocking, with a backlog
 /// of `backlog`.
 pub(crate) fn tcp_listener(addr: &SocketAddr, backlog: i32) -> io::Result<std::net::TcpListener> {
-    use std::os::fd::AsRawFd;
-    let fd = socket(domain_of(addr), libc::SOCK_STREAM)?;
-    let one: libc::c_int = 1;
-    // SAFETY: a valid option value of the right size for SO_REUSEADDR.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_REUSEADDR,
-            (&one as *const libc::c_int).cast(),
-            mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    })?;
-    let (raw, len) = socket_addr_to_raw(addr);
-    // SAFETY: `raw` is a valid socket address of `len` bytes.
-    cvt(unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            (&raw as *const libc::sockaddr_storage).cast(),
-            len,
-        )
-    })?;
-    // SAFETY: plain syscall on a socket we own.
-    cvt(unsafe { libc::listen(fd.as_raw_fd(), backlog) })?;
-    Ok(std::net::TcpListener::from(fd))
+    let s = socket(Domain::for_address(*addr), Type::STREAM)?;
+    s.set_reuse_address(true)?;
+    s.bind(&SockAddr::from(*addr))?;
+    s.listen(backlog)?;
+    Ok(s.into())
 }
 
 /// An unconnected TCP socket of `addr`'s family, non-blocking.
 pub(crate) fn tcp_stream_socket(addr: &SocketAddr) -> io::Result<std::net::TcpStream> {
-    Ok(std::net::TcpStream::from(socket(
-        domain_of(addr),
-        libc::SOCK_STREAM,
-    )?))
+    Ok(socket(Domain::for_address(*addr), Type::STREAM)?.into())
 }
 
 /// A UDP socket bound to `addr`, non-blocking.
 pub(crate) fn udp_bind(addr: &SocketAddr) -> io::Result<std::net::UdpSocket> {
-    use std::os::fd::AsRawFd;
-    let fd = socket(domain_of(addr), libc::SOCK_DGRAM)?;
-    let (raw, len) = socket_addr_to_raw(addr);
-    // SAFETY: `raw` is a valid socket address of `len` bytes.
-    cvt(unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            (&raw as *const libc::sockaddr_storage).cast(),
-            len,
-        )
-    })?;
-    Ok(std::net::UdpSocket::from(fd))
+    let s = socket(Domain::for_address(*addr), Type::DGRAM)?;
+    s.bind(&SockAddr::from(*addr))?;
+    Ok(s.into())
 }
 
 /// Starts a non-blocking `connect(2)` to an internet address; see [`connect_start`].
-pub(crate) fn connect_to(fd: RawFd, addr: &SocketAddr) -> io::Result<bool> {
-    let (raw, len) = socket_addr_to_raw(addr);
-    connect_start(fd, &raw, len)
+pub(crate) fn connect_to(socket: SockRef<'_>, addr: &SocketAddr) -> io::Result<bool> {
+    connect_start(socket, &SockAddr::from(*addr))
 }
 
 /// Whether `e` says the process (or the system) ran out of file descriptors: the errors after
@@ -475,26 +272,81 @@ pub(crate) const SEND_NO_SIGPIPE: libc::c_int = 0;
 /// A gathering send on a stream socket: `sendmsg(2)` with `MSG_NOSIGNAL` (where it exists;
 /// `SO_NOSIGPIPE` is set at creation elsewhere), so that a closed connection gives `EPIPE`,
 /// never `SIGPIPE` — unlike `writev(2)`, which std's `write_vectored` makes.
-pub(crate) fn send_vectored(fd: RawFd, bufs: &[std::io::IoSlice<'_>]) -> io::Result<usize> {
+pub(crate) fn send_vectored(socket: SockRef<'_>, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
     // At most IOV_MAX (1024 on Linux and the BSDs) buffers: more fail with EMSGSIZE; a
     // partial write is allowed anyway.
     let bufs = &bufs[..bufs.len().min(1024)];
-    // SAFETY: all-zero is a valid msghdr (no name, no control data).
-    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
-    // `IoSlice` is ABI-compatible with `iovec` on Unix (std guarantees it); sendmsg only
-    // reads the buffers.
-    msg.msg_iov = bufs.as_ptr().cast_mut().cast::<libc::iovec>();
-    msg.msg_iovlen = bufs.len() as _;
-    // SAFETY: `msg` points at `bufs.len()` valid iovecs, each describing a live buffer.
-    let n = unsafe { libc::sendmsg(fd, &msg, SEND_NO_SIGPIPE) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    socket.send_vectored_with_flags(bufs, SEND_NO_SIGPIPE)
+}
+
+/// `send(2)` with `MSG_NOSIGNAL` where it exists (std's `UnixStream::write` is `write(2)`,
+/// which raises `SIGPIPE` on a closed peer).
+pub(crate) fn send_nosignal(socket: SockRef<'_>, buf: &[u8]) -> io::Result<usize> {
+    socket.send_with_flags(buf, SEND_NO_SIGPIPE)
 }
 
 /// A send on `fd` from `buf`, for a proactor.
 pub(crate) fn send_op(fd: RawFd, buf: &[u8]) -> crate::Op<'_> {
     crate::Op::Send { fd, buf, flags: 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internet_addresses_round_trip_through_the_c_layout() {
+        for addr in [
+            "127.0.0.1:8080".parse::<SocketAddr>().unwrap(),
+            "[::1]:443".parse().unwrap(),
+            SocketAddr::V6(std::net::SocketAddrV6::new(
+                "fe80::1".parse().unwrap(),
+                9,
+                0x1234_5678,
+                7,
+            )),
+        ] {
+            let (raw, len) = socket_addr_to_raw(&addr);
+            assert_eq!(raw_to_socket_addr(&raw, len).unwrap(), addr);
+            // Cut short, it names no address.
+            assert!(raw_to_socket_addr(&raw, len - 1).is_err());
+        }
+        let (unix, len) = {
+            let addr = SockAddr::unix("/tmp/x").unwrap();
+            let len = addr.len();
+            let mut storage = addr.as_storage();
+            // SAFETY: `sockaddr_storage` is one of this platform's socket address types.
+            (*unsafe { storage.view_as::<libc::sockaddr_storage>() }, len)
+        };
+        assert!(raw_to_socket_addr(&unix, len).is_err());
+    }
+
+    #[test]
+    fn unix_paths_with_a_nul_or_too_long_are_refused_with_a_reason() {
+        let nul = unix_addr(std::path::Path::new("/tmp/a\0b")).unwrap_err();
+        assert!(nul.to_string().contains("NUL"), "{nul}");
+        let long = "x".repeat(SUN_PATH_LEN);
+        let err = unix_addr(std::path::Path::new(&long)).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert!(err.to_string().contains("shorter than"), "{err}");
+        let fits = "x".repeat(SUN_PATH_LEN - 1);
+        let addr = unix_addr(std::path::Path::new(&fits)).unwrap();
+        assert_eq!(
+            addr.as_pathname(),
+            Some(std::path::Path::new(&fits)),
+            "{addr:?}"
+        );
+    }
+
+    #[test]
+    fn sockets_are_non_blocking_and_close_on_exec() {
+        let s = socket(Domain::IPV4, Type::STREAM).unwrap();
+        assert!(s.nonblocking().unwrap());
+        // SAFETY: fcntl(F_GETFD) on a descriptor we own.
+        let fd_flags = unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&s), libc::F_GETFD) };
+        assert!(fd_flags >= 0 && fd_flags & libc::FD_CLOEXEC != 0);
+        assert!(!is_seqpacket(SockRef::from(&s)));
+        let seq = socket(Domain::UNIX, Type::SEQPACKET).unwrap();
+        assert!(is_seqpacket(SockRef::from(&seq)));
+    }
 }

@@ -1,27 +1,25 @@
 //! Winsock calls the std types do not offer in non-blocking form: overlapped, non-blocking
-//! socket creation, non-blocking `connect`, socket addresses as Winsock lays them out.
+//! socket creation, non-blocking `connect`, socket addresses as Winsock lays them out. Sockets
+//! and addresses go through `socket2`.
 //!
-//! Every socket made here is created with `WSA_FLAG_OVERLAPPED` (so the IOCP driver can run
-//! overlapped operations on it) and put in non-blocking mode (`FIONBIO`), so that the
-//! readiness path (the polling driver) and the thread path (`WSAPoll`) can share it: overlapped
-//! operations pend and complete through the port whatever the blocking mode.
+//! Every socket made here is created with `WSA_FLAG_OVERLAPPED` (socket2 does, so the IOCP
+//! driver can run overlapped operations on it) and non-inheritable, and put in non-blocking
+//! mode (`FIONBIO`), so that the readiness path (the polling driver) and the thread path
+//! (`WSAPoll`) can share it: overlapped operations pend and complete through the port whatever
+//! the blocking mode.
 
 use std::io;
 use std::mem;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::windows::io::{AsRawSocket, AsSocket, FromRawSocket, OwnedSocket, RawSocket};
-use std::ptr;
-use std::sync::OnceLock;
+use std::os::windows::io::AsRawSocket;
 
+use socket2::{Domain, SockAddr, SockRef, Socket, Type};
 use windows_sys::Win32::Networking::WinSock::{
-    AF_INET, AF_INET6, FIONBIO, INVALID_SOCKET, SO_ERROR, SOCKADDR, SOCKADDR_IN, SOCKADDR_IN6,
-    SOCKADDR_STORAGE, SOCKET, SOCKET_ERROR, SOL_SOCKET, WSA_FLAG_NO_HANDLE_INHERIT,
-    WSA_FLAG_OVERLAPPED, WSADATA, WSAEALREADY, WSAEINPROGRESS, WSAEINVAL, WSAEISCONN, WSAEMFILE,
-    WSAENOBUFS, WSAENOTCONN, WSAEWOULDBLOCK, WSAGetLastError, WSASocketW, WSAStartup, bind,
-    connect, getsockopt, ioctlsocket, listen,
+    AF_INET, AF_INET6, SOCKADDR_IN, SOCKADDR_IN6, SOCKADDR_STORAGE, WSAEALREADY, WSAEINPROGRESS,
+    WSAEINVAL, WSAEISCONN, WSAEMFILE, WSAENOBUFS, WSAENOTCONN, WSAEWOULDBLOCK,
 };
 
-pub(crate) use windows_sys::Win32::Networking::WinSock::{MSG_PEEK, SOCK_DGRAM, SOCK_STREAM};
+pub(crate) use windows_sys::Win32::Networking::WinSock::MSG_PEEK;
 
 use crate::driver::{Op, RawSource};
 
@@ -33,92 +31,22 @@ pub(crate) const ACCEPT_ADDRESSES_LEN: usize = 2 * (SOCKADDR_STORAGE_LEN + 16);
 /// The size of a `SOCKADDR_STORAGE`: room for any socket address.
 pub(crate) const SOCKADDR_STORAGE_LEN: usize = mem::size_of::<SOCKADDR_STORAGE>();
 
-/// The thread's last Winsock error.
-pub(crate) fn last_error() -> io::Error {
-    // SAFETY: reads the calling thread's last error; no preconditions.
-    io::Error::from_raw_os_error(unsafe { WSAGetLastError() })
-}
-
-/// Turns a `SOCKET_ERROR` return into the thread's last Winsock error.
-pub(crate) fn cvt(ret: i32) -> io::Result<i32> {
-    if ret == SOCKET_ERROR {
-        Err(last_error())
-    } else {
-        Ok(ret)
-    }
-}
-
-/// Starts Winsock (once per process; std does the same lazily, and the two calls nest).
-fn init() -> io::Result<()> {
-    static STARTED: OnceLock<i32> = OnceLock::new();
-    let code = *STARTED.get_or_init(|| {
-        let mut data = WSADATA::default();
-        // SAFETY: `data` is a valid out-parameter; version 2.2. Never paired with
-        // `WSACleanup`: Winsock stays up for the process's life, as with std.
-        unsafe { WSAStartup(0x202, &mut data) }
-    });
-    if code == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::other(format!(
-            "WSAStartup failed ({}): Winsock is not available",
-            io::Error::from_raw_os_error(code)
-        )))
-    }
-}
-
 /// The raw handle of a socket, as the driver interface names sources.
 pub(crate) fn raw<S: AsRawSocket + ?Sized>(s: &S) -> RawSource {
     s.as_raw_socket()
 }
 
-/// A new overlapped, non-inheritable socket of `addr`'s family, in non-blocking mode.
-pub(crate) fn socket(addr: &SocketAddr, ty: i32) -> io::Result<OwnedSocket> {
-    init()?;
-    let family = match addr {
-        SocketAddr::V4(_) => AF_INET,
-        SocketAddr::V6(_) => AF_INET6,
-    };
-    // SAFETY: plain call; no protocol info structure, no group.
-    let s = unsafe {
-        WSASocketW(
-            i32::from(family),
-            ty,
-            0,
-            ptr::null(),
-            0,
-            WSA_FLAG_OVERLAPPED | WSA_FLAG_NO_HANDLE_INHERIT,
-        )
-    };
-    if s == INVALID_SOCKET {
-        return Err(last_error());
-    }
-    // SAFETY: a new socket, owned by nobody else.
-    let s = unsafe { OwnedSocket::from_raw_socket(s as RawSocket) };
-    set_nonblocking(&s)?;
+/// A new overlapped, non-inheritable socket of `addr`'s family, in non-blocking mode. (socket2
+/// starts Winsock first, once per process, as std does.)
+fn socket(addr: &SocketAddr, ty: Type) -> io::Result<Socket> {
+    let s = Socket::new(Domain::for_address(*addr), ty, None)?;
+    s.set_nonblocking(true)?;
     Ok(s)
 }
 
-/// Puts a socket in non-blocking mode (`FIONBIO`).
-pub(crate) fn set_nonblocking(s: &impl AsSocket) -> io::Result<()> {
-    let mut on: u32 = 1;
-    // SAFETY: FIONBIO takes a pointer to a u32; the socket is open (borrowed).
-    cvt(unsafe { ioctlsocket(s.as_socket().as_raw_socket() as SOCKET, FIONBIO, &mut on) })?;
-    Ok(())
-}
-
 /// Binds `s` to `addr`.
-pub(crate) fn bind_to(s: &impl AsSocket, addr: &SocketAddr) -> io::Result<()> {
-    let raw = RawAddr::new(addr);
-    // SAFETY: `raw` is a valid socket address of `raw.len` bytes; the socket is open.
-    cvt(unsafe {
-        bind(
-            s.as_socket().as_raw_socket() as SOCKET,
-            raw.as_ptr(),
-            raw.len,
-        )
-    })?;
-    Ok(())
+pub(crate) fn bind_to(s: SockRef<'_>, addr: &SocketAddr) -> io::Result<()> {
+    s.bind(&SockAddr::from(*addr))
 }
 
 /// A listening TCP socket bound to `addr`, non-blocking, with a backlog of `backlog`.
@@ -126,23 +54,22 @@ pub(crate) fn bind_to(s: &impl AsSocket, addr: &SocketAddr) -> io::Result<()> {
 /// No `SO_REUSEADDR`: on Windows it would let another socket take over the port (std does not
 /// set it either).
 pub(crate) fn tcp_listener(addr: &SocketAddr, backlog: i32) -> io::Result<std::net::TcpListener> {
-    let s = socket(addr, SOCK_STREAM)?;
-    bind_to(&s, addr)?;
-    // SAFETY: plain call on a socket we own.
-    cvt(unsafe { listen(s.as_raw_socket() as SOCKET, backlog) })?;
-    Ok(std::net::TcpListener::from(s))
+    let s = socket(addr, Type::STREAM)?;
+    s.bind(&SockAddr::from(*addr))?;
+    s.listen(backlog)?;
+    Ok(s.into())
 }
 
 /// An unconnected TCP socket of `addr`'s family, non-blocking.
 pub(crate) fn tcp_stream_socket(addr: &SocketAddr) -> io::Result<std::net::TcpStream> {
-    Ok(std::net::TcpStream::from(socket(addr, SOCK_STREAM)?))
+    Ok(socket(addr, Type::STREAM)?.into())
 }
 
 /// A UDP socket bound to `addr`, non-blocking.
 pub(crate) fn udp_bind(addr: &SocketAddr) -> io::Result<std::net::UdpSocket> {
-    let s = socket(addr, SOCK_DGRAM)?;
-    bind_to(&s, addr)?;
-    Ok(std::net::UdpSocket::from(s))
+    let s = socket(addr, Type::DGRAM)?;
+    s.bind(&SockAddr::from(*addr))?;
+    Ok(s.into())
 }
 
 /// Whether `e` says the process (or the system) ran out of sockets or socket buffers: the
@@ -156,33 +83,12 @@ pub(crate) fn is_not_connected(e: &io::Error) -> bool {
     e.raw_os_error() == Some(WSAENOTCONN)
 }
 
-/// `getsockopt(SO_ERROR)`: the pending error of a socket (a failed non-blocking connect).
-pub(crate) fn take_error(s: RawSource) -> io::Result<Option<io::Error>> {
-    let mut err: i32 = 0;
-    let mut len = mem::size_of::<i32>() as i32;
-    // SAFETY: `err` and `len` are valid for writes and `len` holds err's size.
-    cvt(unsafe {
-        getsockopt(
-            s as SOCKET,
-            SOL_SOCKET,
-            SO_ERROR,
-            (&mut err as *mut i32).cast(),
-            &mut len,
-        )
-    })?;
-    Ok((err != 0).then(|| io::Error::from_raw_os_error(err)))
-}
-
 /// Starts a non-blocking `connect`. `Ok(true)`: connected; `Ok(false)`: in progress (wait for
 /// writability, then read `SO_ERROR`).
-pub(crate) fn connect_to(s: RawSource, addr: &SocketAddr) -> io::Result<bool> {
-    let raw = RawAddr::new(addr);
-    // SAFETY: `raw` is a valid socket address of `raw.len` bytes.
-    let r = unsafe { connect(s as SOCKET, raw.as_ptr(), raw.len) };
-    if r == 0 {
+pub(crate) fn connect_to(s: SockRef<'_>, addr: &SocketAddr) -> io::Result<bool> {
+    let Err(e) = s.connect(&SockAddr::from(*addr)) else {
         return Ok(true);
-    }
-    let e = last_error();
+    };
     match e.raw_os_error() {
         Some(WSAEWOULDBLOCK | WSAEINPROGRESS | WSAEALREADY) => Ok(false),
         // Older stacks report a second connect on a connecting socket as WSAEINVAL.
@@ -201,63 +107,20 @@ pub(crate) fn unspecified_like(addr: &SocketAddr) -> SocketAddr {
     }
 }
 
-/// A socket address as Winsock takes it: a `SOCKADDR_STORAGE` (for its alignment) holding a
-/// `SOCKADDR_IN` or `SOCKADDR_IN6`, and that structure's length.
-pub(crate) struct RawAddr {
-    storage: SOCKADDR_STORAGE,
-    len: i32,
-}
+/// A socket address as Winsock takes it: a `SOCKADDR_IN` or `SOCKADDR_IN6` (in socket2's
+/// storage, aligned for any address) and its length.
+pub(crate) struct RawAddr(SockAddr);
 
 impl RawAddr {
     pub(crate) fn new(addr: &SocketAddr) -> RawAddr {
-        let mut storage = SOCKADDR_STORAGE::default();
-        let len = match addr {
-            SocketAddr::V4(a) => {
-                let mut sin = SOCKADDR_IN {
-                    sin_family: AF_INET,
-                    sin_port: a.port().to_be(),
-                    ..SOCKADDR_IN::default()
-                };
-                sin.sin_addr.S_un.S_addr = u32::from_ne_bytes(a.ip().octets());
-                // SAFETY: SOCKADDR_STORAGE is larger than and aligned for SOCKADDR_IN.
-                unsafe { ptr::from_mut(&mut storage).cast::<SOCKADDR_IN>().write(sin) };
-                mem::size_of::<SOCKADDR_IN>()
-            }
-            SocketAddr::V6(a) => {
-                let mut sin6 = SOCKADDR_IN6 {
-                    sin6_family: AF_INET6,
-                    sin6_port: a.port().to_be(),
-                    sin6_flowinfo: a.flowinfo(),
-                    ..SOCKADDR_IN6::default()
-                };
-                sin6.sin6_addr.u.Byte = a.ip().octets();
-                sin6.Anonymous.sin6_scope_id = a.scope_id();
-                // SAFETY: SOCKADDR_STORAGE is larger than and aligned for SOCKADDR_IN6.
-                unsafe {
-                    ptr::from_mut(&mut storage)
-                        .cast::<SOCKADDR_IN6>()
-                        .write(sin6)
-                };
-                mem::size_of::<SOCKADDR_IN6>()
-            }
-        };
-        RawAddr {
-            storage,
-            len: len as i32,
-        }
+        RawAddr(SockAddr::from(*addr))
     }
 
-    fn as_ptr(&self) -> *const SOCKADDR {
-        ptr::from_ref(&self.storage).cast()
-    }
-
-    /// The address's bytes (`len` of them), as `Op::Connect` and `Op::SendTo` take them.
+    /// The address's bytes (its length of them), as `Op::Connect` and `Op::SendTo` take them.
     pub(crate) fn as_bytes(&self) -> &[u8] {
-        // SAFETY: SOCKADDR_STORAGE is plain data, fully initialised (zeroed, then written);
-        // `len` is at most its size.
-        unsafe {
-            std::slice::from_raw_parts(ptr::from_ref(&self.storage).cast::<u8>(), self.len as usize)
-        }
+        // SAFETY: socket2's storage is plain data, zeroed and then written, and at least
+        // `len` bytes long; the slice borrows `self`.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast::<u8>(), self.0.len() as usize) }
     }
 }
 
@@ -324,7 +187,8 @@ mod tests {
             )),
         ] {
             let raw = RawAddr::new(&addr);
-            assert_eq!(bytes_to_socket_addr(raw.as_bytes(), raw.len).unwrap(), addr);
+            let len = raw.as_bytes().len() as i32;
+            assert_eq!(bytes_to_socket_addr(raw.as_bytes(), len).unwrap(), addr);
         }
         assert!(bytes_to_socket_addr(&[0; 4], 4).is_err());
     }

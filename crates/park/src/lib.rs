@@ -76,7 +76,11 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// Shared with Spindle's other crates (spindle-rt, spindle-sync, spindle-io), which is why they
+// are public; they are not part of this crate's API and may change in any release.
+#[doc(hidden)]
 pub mod block_cache;
+#[doc(hidden)]
 pub mod spin;
 
 use std::cell::Cell;

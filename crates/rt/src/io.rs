@@ -28,8 +28,8 @@ pub type DriverFactory = Arc<dyn Fn() -> io::Result<Box<dyn Driver>> + Send + Sy
 ///
 /// [`Auto`](IoBackend::Auto) (the default) reads the `SPINDLE_IO` environment variable
 /// (`uring`, `epoll`, `kqueue`, `iocp`, `polling` or `none`) and otherwise takes the
-/// platform's best: on Linux io_uring, falling back to epoll — with one line on stderr saying
-/// why — when the kernel refuses a ring (too old, `io_uring_disabled`, a seccomp profile that
+/// platform's best: on Linux io_uring, falling back to epoll — logged once, at `warn` through
+/// the [`log`] facade (target `spindle_rt::io`), with the reason — when the kernel refuses a ring (too old, `io_uring_disabled`, a seccomp profile that
 /// blocks it, a memlock limit too small). Under valgrind `Auto` skips io_uring (valgrind does
 /// not see the kernel's writes into the ring, so a worker waiting for a wake-up there would
 /// never wake). A backend asked for explicitly never falls back: `build` reports its error.
@@ -155,9 +155,9 @@ fn auto() -> Resolved {
             }
             Err(e) => {
                 if !FALLBACK_LOGGED.swap(true, Ordering::Relaxed) {
-                    eprintln!(
-                        "spindle: the {name} IO backend is unavailable ({e}); falling back to \
-                         the next one (set SPINDLE_IO to choose)"
+                    log::warn!(
+                        "the {name} IO backend is unavailable ({e}); falling back to the next \
+                         one (set SPINDLE_IO to choose)"
                     );
                 }
             }

@@ -18,6 +18,7 @@ pub struct JoinHandle<T> {
 }
 
 /// Why a coroutine produced no value.
+#[non_exhaustive]
 pub enum JoinError {
     /// It panicked; the payload is the panic's.
     Panicked(Box<dyn Any + Send + 'static>),
@@ -80,7 +81,8 @@ impl fmt::Display for JoinError {
         match self {
             JoinError::Panicked(_) => f.write_str("the coroutine panicked"),
             JoinError::Cancelled => f.write_str("the coroutine was cancelled"),
-            JoinError::NoStack(e) => write!(f, "the coroutine could not start: {e}"),
+            // The reason is the source's message, not repeated here.
+            JoinError::NoStack(_) => f.write_str("the coroutine could not start: no stack"),
         }
     }
 }
@@ -335,3 +337,58 @@ pub use spindle_park::CancelGuard;
 /// # Ok::<(), spindle_rt::BuildError>(())
 /// ```
 pub use spindle_park::with_cancel_deferred;
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error;
+
+    use super::JoinError;
+    use crate::BuildError;
+
+    /// `err`'s message says what failed and its source says why: neither repeats the other,
+    /// so a program that prints the chain (`err`, then each source) shows each part once.
+    fn assert_message_and_source_apart(err: &dyn Error) {
+        let msg = err.to_string();
+        let source = err
+            .source()
+            .expect("an error that wraps another has a source");
+        let why = source.to_string();
+        assert!(!msg.contains(&why), "{msg:?} repeats its source {why:?}");
+        assert!(!why.contains(&msg), "{why:?} repeats the message {msg:?}");
+    }
+
+    #[test]
+    fn join_error_no_stack_gives_its_reason_as_the_source() {
+        let err = JoinError::NoStack(std::io::Error::other("vm.max_map_count reached"));
+        assert_message_and_source_apart(&err);
+        assert_eq!(err.to_string(), "the coroutine could not start: no stack");
+        assert!(JoinError::Cancelled.source().is_none());
+    }
+
+    #[test]
+    fn build_errors_give_their_reason_as_the_source() {
+        let many = crate::Runtime::builder()
+            .workers(1 << 20)
+            .build()
+            .unwrap_err();
+        assert!(matches!(many, BuildError::Sched(_)), "{many:?}");
+        let stack = crate::Runtime::builder()
+            .stack(crate::StackKind::Pooled { size: 0 })
+            .build()
+            .unwrap_err();
+        assert!(matches!(stack, BuildError::Stack(_)), "{stack:?}");
+        let cases = [
+            many,
+            stack,
+            BuildError::Io(std::io::Error::other("io_uring_setup failed: EPERM")),
+            BuildError::Thread(std::io::Error::other("Resource temporarily unavailable")),
+        ];
+        for err in &cases {
+            assert_message_and_source_apart(err);
+        }
+        // The source says why.
+        let why = cases[0].source().unwrap().to_string();
+        assert!(why.contains("at most"), "{why}");
+        assert!(BuildError::Invalid("x").source().is_none());
+    }
+}

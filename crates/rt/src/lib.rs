@@ -215,6 +215,7 @@ pub use io::{DriverFactory, IoBackend};
 pub use join::{CancelGuard, JoinError, JoinHandle, with_cancel_deferred};
 pub use local::LocalKey;
 pub use metrics::{Metrics, WorkerMetrics};
+pub use monitor::StuckReport;
 pub use runtime::{
     BuildError, CANCEL_DEFERRAL_GRACE, Handle, Policy, Runtime, RuntimeBuilder, StackKind,
 };

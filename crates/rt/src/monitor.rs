@@ -6,7 +6,9 @@
 //! stuck in that one coroutine — a CPU loop, or a blocking call that should have gone to
 //! [`blocking`](crate::blocking) — unless its thread spent that time waiting for a CPU (a
 //! loaded machine; on Linux the thread's state and CPU time tell, see `confirm_stuck`): it is
-//! reported once per run, on stderr, naming the coroutine. A sleeping worker is then woken so
+//! reported once per run, naming the coroutine: to the program's hook
+//! ([`RuntimeBuilder::on_stuck`](crate::RuntimeBuilder::on_stuck)) if it set one, else through
+//! the [`log`] facade at `warn` (target `spindle_rt::monitor`). A sleeping worker is then woken so
 //! that it can steal the stuck worker's *queued* stealable coroutines (with work-stealing,
 //! every coroutine that has not started yet, and migratable ones); coroutines pinned to the
 //! stuck worker wait for it.
@@ -40,6 +42,51 @@ use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
 use crate::runtime::Shared;
+
+/// A program's handler of stuck-coroutine reports (see [`crate::RuntimeBuilder::on_stuck`]).
+pub(crate) type StuckHook = Arc<dyn Fn(&StuckReport) + Send + Sync>;
+
+/// A coroutine that kept its worker past the stuck threshold without suspending, as the
+/// monitor reports it (once per run of that coroutine). Its `Display` is the line the runtime
+/// logs when the program has set no [`on_stuck`](crate::RuntimeBuilder::on_stuck) hook.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct StuckReport {
+    /// The worker it keeps (0-based, as in [`crate::Metrics::workers`]).
+    pub worker: usize,
+    /// The coroutine's id ([`crate::JoinHandle::id`], [`crate::Current::id`]); `u64::MAX`
+    /// when the worker was running code of its own that may block (the drop of a value or a
+    /// waker's wake-up for which no cleanup coroutine could be had).
+    pub task_id: u64,
+    /// The coroutine's name, if it was given one ([`crate::Builder::name`]).
+    pub name: Option<Arc<str>>,
+    /// How long it had run without suspending when it was reported.
+    pub running_for: Duration,
+}
+
+impl std::fmt::Display for StuckReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.name {
+            _ if self.task_id == WORKER_ITSELF => f.write_str(
+                "the worker's own code (a value's destructor or a waker run where no cleanup \
+                 coroutine could be had)",
+            )?,
+            Some(name) => write!(f, "coroutine '{name}' (#{})", self.task_id)?,
+            None => write!(f, "coroutine #{}", self.task_id)?,
+        }
+        write!(
+            f,
+            " has kept worker {} for {} ms without suspending; long CPU work should yield \
+             (spindle_rt::yield_now) and blocking calls belong in spindle_rt::blocking",
+            self.worker,
+            self.running_for.as_millis()
+        )
+    }
+}
+
+/// The "running task" a worker shows while it runs code of its own that may block: the last
+/// resort of a cleanup (see `worker::in_cleanup_coroutine`). No task has this id.
+pub(crate) const WORKER_ITSELF: u64 = u64::MAX;
 
 /// The slice period.
 const SLICE: Duration = Duration::from_millis(10);
@@ -81,8 +128,13 @@ impl MonitorHandle {
 }
 
 /// Starts the monitor thread; an error if it cannot be spawned. `threshold`: the stuck report's
-/// (`None`: no report; the monitor still ends time slices).
-pub(crate) fn start(shared: &Arc<Shared>, threshold: Option<Duration>) -> std::io::Result<Monitor> {
+/// (`None`: no report; the monitor still ends time slices); `hook`: who gets the reports
+/// (`None`: the `log` facade).
+pub(crate) fn start(
+    shared: &Arc<Shared>,
+    threshold: Option<Duration>,
+    hook: Option<StuckHook>,
+) -> std::io::Result<Monitor> {
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
     let weak = Arc::downgrade(shared);
@@ -92,7 +144,7 @@ pub(crate) fn start(shared: &Arc<Shared>, threshold: Option<Duration>) -> std::i
         .min(SLICE);
     let thread = std::thread::Builder::new()
         .name("spindle-monitor".into())
-        .spawn(move || watch(weak, stop2, threshold, tick))?;
+        .spawn(move || watch(weak, stop2, threshold, tick, hook))?;
     let _ = shared.monitor.thread.set(thread.thread().clone());
     Ok(Monitor { stop, thread })
 }
@@ -190,7 +242,13 @@ pub(crate) fn current_tid() -> u64 {
     }
 }
 
-fn watch(shared: Weak<Shared>, stop: Arc<AtomicBool>, threshold: Option<Duration>, tick: Duration) {
+fn watch(
+    shared: Weak<Shared>,
+    stop: Arc<AtomicBool>,
+    threshold: Option<Duration>,
+    tick: Duration,
+    hook: Option<StuckHook>,
+) {
     let mut seen: Vec<Seen> = Vec::new();
     let mut last_epoch = Instant::now();
     while !stop.load(Ordering::Acquire) {
@@ -233,12 +291,23 @@ fn watch(shared: Weak<Shared>, stop: Arc<AtomicBool>, threshold: Option<Duration
                 && confirm_stuck(s, c.tid.load(Ordering::Relaxed), threshold)
             {
                 s.reported = true;
-                report(
-                    &shared,
-                    w,
-                    c.running_task.load(Ordering::Relaxed),
-                    now.duration_since(s.since),
-                );
+                let task_id = c.running_task.load(Ordering::Relaxed);
+                let report = StuckReport {
+                    worker: w,
+                    task_id,
+                    name: shared.task_name(task_id),
+                    running_for: now.duration_since(s.since),
+                };
+                match &hook {
+                    Some(hook) => {
+                        // A panicking hook must not end the monitor (and the time slices).
+                        let call = std::panic::AssertUnwindSafe(|| hook(&report));
+                        if std::panic::catch_unwind(call).is_err() {
+                            log::error!("the on_stuck hook panicked; reporting: {report}");
+                        }
+                    }
+                    None => log::warn!("{report}"),
+                }
                 // Let a sleeping worker take over what can be stolen.
                 if let Some(v) = shared.idle.notify_any() {
                     shared.unpark(v);
@@ -265,26 +334,4 @@ fn sleep_while_workers_sleep(shared: &Shared, stop: &AtomicBool) -> bool {
     }
     handle.asleep.store(false, Ordering::Relaxed);
     true
-}
-
-/// The "running task" a worker shows while it runs code of its own that may block: the last
-/// resort of a cleanup (see `worker::in_cleanup_coroutine`). No task has this id.
-pub(crate) const WORKER_ITSELF: u64 = u64::MAX;
-
-fn report(shared: &Shared, worker: usize, task: u64, for_how_long: Duration) {
-    let who = if task == WORKER_ITSELF {
-        "the worker's own code (a value's destructor or a waker run where no cleanup coroutine \
-         could be had)"
-            .to_string()
-    } else {
-        match shared.task_name(task) {
-            Some(name) => format!("coroutine '{name}' (#{task})"),
-            None => format!("coroutine #{task}"),
-        }
-    };
-    eprintln!(
-        "spindle: {who} has kept worker {worker} for {} ms without suspending; long CPU work \
-         should yield (spindle_rt::yield_now) and blocking calls belong in spindle_rt::blocking",
-        for_how_long.as_millis()
-    );
 }

@@ -41,22 +41,20 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::CachePadded;
+
 use crate::task::{Header, TaskRef, lock};
 use spindle_park::spin::SpinLock;
 
 /// See the module documentation.
 pub(crate) struct TaskRegistry {
-    shards: Box<[Padded<SpinLock<Shard>>]>,
+    shards: Box<[CachePadded<SpinLock<Shard>>]>,
     /// Per worker, then one for foreign threads: tasks spawned and ended there.
-    counts: Box<[Padded<Counts>]>,
+    counts: Box<[CachePadded<Counts>]>,
     /// A `wait_empty` is (or was) waiting: enders signal `empty`.
     waiting: AtomicBool,
     empty: (Mutex<()>, Condvar),
 }
-
-/// Keeps each shard's lock, and each worker's counts, on its own cache line.
-#[repr(align(128))]
-struct Padded<T>(T);
 
 #[derive(Default)]
 struct Counts {
@@ -119,9 +117,11 @@ impl TaskRegistry {
     pub(crate) fn new(workers: usize) -> Self {
         TaskRegistry {
             shards: (0..workers)
-                .map(|_| Padded(SpinLock::new(Shard::default())))
+                .map(|_| CachePadded::new(SpinLock::new(Shard::default())))
                 .collect(),
-            counts: (0..=workers).map(|_| Padded(Counts::default())).collect(),
+            counts: (0..=workers)
+                .map(|_| CachePadded::new(Counts::default()))
+                .collect(),
             waiting: AtomicBool::new(false),
             empty: (Mutex::new(()), Condvar::new()),
         }
@@ -132,8 +132,8 @@ impl TaskRegistry {
     fn counts_of(&self, here: Option<usize>) -> (&Counts, bool) {
         let foreign = self.counts.len() - 1;
         match here {
-            Some(w) if w < foreign => (&self.counts[w].0, false),
-            _ => (&self.counts[foreign].0, true),
+            Some(w) if w < foreign => (&*self.counts[w], false),
+            _ => (&*self.counts[foreign], true),
         }
     }
 
@@ -164,7 +164,7 @@ impl TaskRegistry {
     pub(crate) fn insert(&self, w: usize, task: &TaskRef) -> Key {
         let shard_index = w.min(self.shards.len() - 1);
         let entry = Slot(NonNull::from(task.header()));
-        let mut shard = self.shards[shard_index].0.lock();
+        let mut shard = self.shards[shard_index].lock();
         let slot = match shard.free.pop() {
             Some(slot) => {
                 shard.slots[slot as usize] = Some(entry);
@@ -202,7 +202,7 @@ impl TaskRegistry {
     #[inline(never)]
     fn ended_slow(&self, key: Key, here: Option<usize>) {
         if let Some(padded) = self.shards.get(key.shard()) {
-            let mut shard = padded.0.lock();
+            let mut shard = padded.lock();
             if shard
                 .slots
                 .get_mut(key.slot())
@@ -234,10 +234,10 @@ impl TaskRegistry {
     /// (spawned, ended) over every worker, ended first (see the module documentation).
     fn totals(&self) -> (u64, u64) {
         let ended = self.counts.iter().fold(0u64, |sum, c| {
-            sum.wrapping_add(c.0.ended.load(Ordering::Acquire))
+            sum.wrapping_add(c.ended.load(Ordering::Acquire))
         });
         let spawned = self.counts.iter().fold(0u64, |sum, c| {
-            sum.wrapping_add(c.0.spawned.load(Ordering::Relaxed))
+            sum.wrapping_add(c.spawned.load(Ordering::Relaxed))
         });
         (spawned, ended)
     }
@@ -260,7 +260,7 @@ impl TaskRegistry {
         self.shards
             .iter()
             .flat_map(|s| {
-                let shard = s.0.lock();
+                let shard = s.lock();
                 shard
                     .slots
                     .iter()
@@ -277,7 +277,7 @@ impl TaskRegistry {
     /// (a linear search: for rare reports only).
     pub(crate) fn find(&self, id: u64) -> Option<TaskRef> {
         self.shards.iter().find_map(|s| {
-            let shard = s.0.lock();
+            let shard = s.lock();
             shard
                 .slots
                 .iter()

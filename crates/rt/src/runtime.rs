@@ -132,6 +132,7 @@ pub struct RuntimeBuilder {
     on_start: Option<ThreadHook>,
     on_stop: Option<ThreadHook>,
     stuck_threshold: Option<Duration>,
+    on_stuck: Option<crate::monitor::StuckHook>,
     blocking_threads: usize,
     blocking_keep_alive: Duration,
     shared_stack_size: usize,
@@ -181,10 +182,11 @@ impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BuildError::Invalid(why) => write!(f, "invalid runtime configuration: {why}"),
-            BuildError::Stack(e) => write!(f, "cannot set up the runtime's stacks: {e}"),
-            BuildError::Thread(e) => write!(f, "cannot spawn a worker thread: {e}"),
-            BuildError::Io(e) => write!(f, "cannot set up the IO driver: {e}"),
-            BuildError::Sched(e) => write!(f, "invalid worker count: {e}"),
+            // These say what failed; why is the source's message, not repeated here.
+            BuildError::Stack(_) => f.write_str("cannot set up the runtime's stacks"),
+            BuildError::Thread(_) => f.write_str("cannot spawn a worker thread"),
+            BuildError::Io(_) => f.write_str("cannot set up the IO driver"),
+            BuildError::Sched(_) => f.write_str("invalid worker count"),
             BuildError::NotCompiled { what, feature } => write!(
                 f,
                 "{what} is not compiled in: enable the `{feature}` feature of spindles (or of \
@@ -215,6 +217,7 @@ impl Default for RuntimeBuilder {
             on_start: None,
             on_stop: None,
             stuck_threshold: Some(Duration::from_millis(10)),
+            on_stuck: None,
             blocking_threads: 512,
             blocking_keep_alive: Duration::from_secs(10),
             shared_stack_size: 256 * 1024,
@@ -272,13 +275,39 @@ impl RuntimeBuilder {
     }
 
     /// How long a coroutine may run without suspending before the monitor reports it (once
-    /// per run, naming it) and wakes a sleeping worker to take over what can be stolen from
+    /// per run, naming it: through the `log` facade, or to [`on_stuck`]) and wakes a sleeping worker to take over what can be stolen from
     /// its worker; `None` turns the report (and that wake-up) off. Default 10 ms. The monitor
     /// thread runs either way: it also ends time slices (see [`consume_budget`]).
     ///
     /// [`consume_budget`]: crate::consume_budget
+    /// [`on_stuck`]: RuntimeBuilder::on_stuck
     pub fn stuck_threshold(mut self, threshold: Option<Duration>) -> Self {
         self.stuck_threshold = threshold;
+        self
+    }
+
+    /// Hands each stuck-coroutine report (see [`stuck_threshold`]) to `f` instead of the
+    /// [`log`] facade, where it goes by default (at `warn`, target `spindle_rt::monitor`).
+    /// `f` runs on the monitor thread, which watches the workers and ends time slices: it
+    /// should return quickly (send the report somewhere, count it). A panic in `f` is caught
+    /// and logged at `error`.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use spindle_rt::Runtime;
+    ///
+    /// let reports = Arc::new(Mutex::new(Vec::new()));
+    /// let sink = reports.clone();
+    /// let rt = Runtime::builder()
+    ///     .on_stuck(move |report| sink.lock().unwrap().push(report.to_string()))
+    ///     .build()?;
+    /// # drop(rt);
+    /// # Ok::<(), spindle_rt::BuildError>(())
+    /// ```
+    ///
+    /// [`stuck_threshold`]: RuntimeBuilder::stuck_threshold
+    pub fn on_stuck(mut self, f: impl Fn(&crate::StuckReport) + Send + Sync + 'static) -> Self {
+        self.on_stuck = Some(Arc::new(f));
         self
     }
 
@@ -510,10 +539,11 @@ impl RuntimeBuilder {
             return Err(abandon_build(&shared, handles, e));
         }
         // Started whatever the stuck threshold: the monitor also ends time slices.
-        let monitor = match crate::monitor::start(&shared, shared.stuck_threshold) {
-            Ok(monitor) => monitor,
-            Err(e) => return Err(abandon_build(&shared, handles, BuildError::Thread(e))),
-        };
+        let monitor =
+            match crate::monitor::start(&shared, shared.stuck_threshold, self.on_stuck.clone()) {
+                Ok(monitor) => monitor,
+                Err(e) => return Err(abandon_build(&shared, handles, BuildError::Thread(e))),
+            };
         Ok(Runtime {
             shared,
             threads: handles,
@@ -922,7 +952,7 @@ impl Runtime {
         if let Some(why) = why {
             if std::thread::panicking() {
                 // A second panic here would abort: say it and leave the runtime running.
-                eprintln!("spindle: {why}; it is left running");
+                log::error!("{why}; it is left running");
                 return false;
             }
             panic!("{why}");

@@ -542,8 +542,8 @@ impl WorkerCtx {
                 // The driver's own wait failed (not an operation): report it once, and sleep
                 // briefly instead so that a persistent failure does not spin.
                 if !self.driver_error_logged.replace(true) {
-                    eprintln!(
-                        "spindle: worker {}: the {} IO driver's wait failed: {e}",
+                    log::error!(
+                        "worker {}: the {} IO driver's wait failed: {e}",
                         self.index,
                         driver.name()
                     );

@@ -187,12 +187,39 @@ fn is_child(name: &str) -> bool {
     std::env::var("SPINDLE_CHILD").as_deref() == Ok(name)
 }
 
+/// A logger for child processes: each record becomes one stderr line,
+/// `LOG <level> <target>: <message>`, for the parent to read.
+struct StderrLogger;
+
+impl log::Log for StderrLogger {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        eprintln!(
+            "LOG {} {}: {}",
+            record.level(),
+            record.target(),
+            record.args()
+        );
+    }
+
+    fn flush(&self) {}
+}
+
+fn log_to_stderr() {
+    log::set_logger(&StderrLogger).unwrap();
+    log::set_max_level(log::LevelFilter::Trace);
+}
+
 /// A coroutine that keeps its worker for 100 ms is reported once, by name — also when it
 /// starts after a quiet period, during which the monitor sleeps until a worker wakes it.
 #[test]
 fn a_stuck_coroutine_is_reported_once_by_name() {
     const NAME: &str = "a_stuck_coroutine_is_reported_once_by_name";
     if is_child(NAME) {
+        log_to_stderr();
         let rt = Runtime::builder().workers(2).build().unwrap();
         // Every worker falls asleep, and so does the monitor.
         std::thread::sleep(Duration::from_millis(300));
@@ -213,14 +240,11 @@ fn a_stuck_coroutine_is_reported_once_by_name() {
     assert_reported_once(NAME, "'cpu-hog'");
 }
 
-/// Runs test `name` in a child process and checks that the monitor reported exactly one
-/// coroutine, the one named `who`.
+/// Runs test `name` in a child process (which logs to stderr through [`StderrLogger`]) and
+/// checks that the monitor reported exactly one coroutine, the one named `who`, through the
+/// `log` facade at `warn`.
 fn assert_reported_once(name: &str, who: &str) {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env("SPINDLE_CHILD", name)
-        .output()
-        .unwrap();
+    let out = run_child(name);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let reports: Vec<&str> = stderr
@@ -229,6 +253,85 @@ fn assert_reported_once(name: &str, who: &str) {
         .collect();
     assert_eq!(reports.len(), 1, "{stderr}");
     assert!(reports[0].contains(who), "{stderr}");
+    assert!(
+        reports[0].starts_with("LOG WARN spindle_rt::monitor: "),
+        "not logged at warn by the monitor: {stderr}"
+    );
+}
+
+fn run_child(name: &str) -> std::process::Output {
+    Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env("SPINDLE_CHILD", name)
+        .output()
+        .unwrap()
+}
+
+/// Keeps a worker of `rt` for 100 ms in a coroutine named `name`; returns its id.
+fn hog(rt: &Runtime, name: &str) -> u64 {
+    let h = spindle_rt::Builder::new()
+        .name(name)
+        .spawn_on(&rt.handle(), || {
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_millis(100) {
+                std::hint::spin_loop();
+            }
+        })
+        .unwrap();
+    let id = h.id();
+    h.join().unwrap();
+    id
+}
+
+/// A program that sets `on_stuck` gets the report itself, with the coroutine's id, name,
+/// worker and how long it ran; a program that sets no hook and installs no logger gets
+/// nothing. Either way the runtime writes nothing to stderr (or stdout, beyond the test
+/// harness's own lines).
+#[test]
+fn a_stuck_report_goes_to_the_on_stuck_hook_and_nothing_to_stderr() {
+    const NAME: &str = "a_stuck_report_goes_to_the_on_stuck_hook_and_nothing_to_stderr";
+    if is_child(NAME) {
+        let reports = Arc::new(Mutex::new(Vec::<spindle_rt::StuckReport>::new()));
+        let sink = reports.clone();
+        let rt = Runtime::builder()
+            .workers(2)
+            .on_stuck(move |r| sink.lock().unwrap().push(r.clone()))
+            .build()
+            .unwrap();
+        let id = hog(&rt, "hooked-hog");
+        drop(rt);
+        let reports = reports.lock().unwrap();
+        assert_eq!(reports.len(), 1, "{reports:?}");
+        let r = &reports[0];
+        assert_eq!(r.task_id, id);
+        assert_eq!(r.name.as_deref(), Some("hooked-hog"));
+        assert!(r.worker < 2, "{r:?}");
+        assert!(r.running_for >= Duration::from_millis(10), "{r:?}");
+        let line = r.to_string();
+        assert!(
+            line.contains("'hooked-hog'") && line.contains("without suspending"),
+            "{line}"
+        );
+        // No hook, no logger: the report is dropped.
+        let rt = Runtime::builder().workers(2).build().unwrap();
+        hog(&rt, "unlogged-hog");
+        drop(rt);
+        println!("CHILD-OK");
+        return;
+    }
+    let out = run_child(NAME);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("CHILD-OK"),
+        "{}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    assert!(stderr.is_empty(), "the runtime wrote to stderr:\n{stderr}");
+    assert!(
+        !stdout.contains("hog"),
+        "the runtime wrote to stdout:\n{stdout}"
+    );
 }
 
 /// A worker whose thread waits for a CPU (a loaded machine) is not reported as stuck: its
@@ -240,6 +343,7 @@ fn assert_reported_once(name: &str, who: &str) {
 fn a_worker_waiting_for_a_cpu_is_not_reported_but_a_blocking_call_is() {
     const NAME: &str = "a_worker_waiting_for_a_cpu_is_not_reported_but_a_blocking_call_is";
     if is_child(NAME) {
+        log_to_stderr();
         // Every thread made from here on runs on one CPU: the first this process may use.
         // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills it and
         // sched_setaffinity reads it (both for this thread; new threads inherit the mask);

@@ -7,9 +7,10 @@ use std::sync::atomic::AtomicU64 as StatCounter;
 
 use crate::loom::{AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering, lock};
 use crate::{
-    Notify, Padded, Policy, Popped, Reason, SchedError, Task, WorkerStats, check_workers, home_of,
+    Notify, Policy, Popped, Reason, SchedError, Task, WorkerStats, check_workers, home_of,
     notify_worker,
 };
+use crossbeam_utils::CachePadded;
 
 /// First in, first out: the fairness reference.
 ///
@@ -69,10 +70,10 @@ use crate::{
 /// # Ok::<(), spindle_sched::SchedError>(())
 /// ```
 pub struct Fifo<T> {
-    global: Padded<TicketQueue<T>>,
-    pinned: Box<[Padded<TicketQueue<T>>]>,
-    tickets: Padded<AtomicU64>,
-    global_pops: Box<[Padded<StatCounter>]>,
+    global: CachePadded<TicketQueue<T>>,
+    pinned: Box<[CachePadded<TicketQueue<T>>]>,
+    tickets: CachePadded<AtomicU64>,
+    global_pops: Box<[CachePadded<StatCounter>]>,
     _task: PhantomData<fn(T) -> T>,
 }
 
@@ -120,10 +121,14 @@ impl<T: Task> Fifo<T> {
     pub fn new(workers: usize) -> Result<Self, SchedError> {
         check_workers(workers)?;
         Ok(Fifo {
-            global: Padded(TicketQueue::new()),
-            pinned: (0..workers).map(|_| Padded(TicketQueue::new())).collect(),
-            tickets: Padded(AtomicU64::new(0)),
-            global_pops: (0..workers).map(|_| Padded(StatCounter::new(0))).collect(),
+            global: CachePadded::new(TicketQueue::new()),
+            pinned: (0..workers)
+                .map(|_| CachePadded::new(TicketQueue::new()))
+                .collect(),
+            tickets: CachePadded::new(AtomicU64::new(0)),
+            global_pops: (0..workers)
+                .map(|_| CachePadded::new(StatCounter::new(0)))
+                .collect(),
             _task: PhantomData,
         })
     }

@@ -123,7 +123,8 @@
 //! (`tests/loom_idle.rs`).
 
 use crate::loom::{AtomicU8, AtomicUsize, Mutex, Ordering, fence, lock};
-use crate::{Padded, SchedError, check_workers};
+use crate::{SchedError, check_workers};
+use crossbeam_utils::CachePadded;
 
 /// A worker that is running tasks or looking in its own queues.
 const AWAKE: u8 = 0;
@@ -231,9 +232,9 @@ fn sleeping_of(counts: usize) -> usize {
 #[derive(Debug)]
 pub struct Idle {
     /// Spinning and sleeping workers, packed (see `ONE_SPINNING`, `ONE_SLEEPING`).
-    counts: Padded<AtomicUsize>,
+    counts: CachePadded<AtomicUsize>,
     /// Each worker's state: `AWAKE`, `SPINNING`, `SLEEPING`, `SPUN_DRY` or `SLEEPING_SPUN`.
-    states: Box<[Padded<AtomicU8>]>,
+    states: Box<[CachePadded<AtomicU8>]>,
     sleepers: Mutex<Sleepers>,
 }
 
@@ -282,8 +283,10 @@ impl Idle {
     pub fn new(workers: usize) -> Result<Self, SchedError> {
         check_workers(workers)?;
         Ok(Idle {
-            counts: Padded(AtomicUsize::new(0)),
-            states: (0..workers).map(|_| Padded(AtomicU8::new(AWAKE))).collect(),
+            counts: CachePadded::new(AtomicUsize::new(0)),
+            states: (0..workers)
+                .map(|_| CachePadded::new(AtomicU8::new(AWAKE)))
+                .collect(),
             sleepers: Mutex::new(Sleepers {
                 stack: Vec::with_capacity(workers),
                 position: vec![NOT_SLEEPING; workers],

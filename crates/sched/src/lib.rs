@@ -383,19 +383,6 @@ impl fmt::Display for SchedError {
 
 impl std::error::Error for SchedError {}
 
-/// A value alone on its cache line(s): 128 bytes, as x86's adjacent-line prefetcher pulls
-/// pairs of 64-byte lines.
-#[derive(Debug, Default)]
-#[repr(align(128))]
-struct Padded<T>(T);
-
-impl<T> std::ops::Deref for Padded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
 /// Checks a worker count for a constructor.
 fn check_workers(workers: usize) -> Result<(), SchedError> {
     if workers == 0 {

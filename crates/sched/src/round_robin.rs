@@ -8,9 +8,10 @@ use crate::loom::{AtomicUsize, Ordering};
 use crate::queue::Mpsc;
 use crate::ring::Ring;
 use crate::{
-    Notify, Padded, Policy, Popped, Reason, SchedError, Task, WorkerStats, check_workers, home_of,
+    Notify, Policy, Popped, Reason, SchedError, Task, WorkerStats, check_workers, home_of,
     notify_worker, push_then_pop, valid_here,
 };
+use crossbeam_utils::CachePadded;
 
 /// Round-robin: one FIFO queue per worker, new tasks dealt to the workers in turn.
 ///
@@ -57,9 +58,9 @@ use crate::{
 /// # Ok::<(), spindle_sched::SchedError>(())
 /// ```
 pub struct RoundRobin<T> {
-    queues: Box<[Padded<WorkerQueue<T>>]>,
+    queues: Box<[CachePadded<WorkerQueue<T>>]>,
     /// The deal counter: the next new task goes to `next % workers`.
-    next: Padded<AtomicUsize>,
+    next: CachePadded<AtomicUsize>,
     _task: PhantomData<fn(T) -> T>,
 }
 
@@ -73,7 +74,7 @@ struct WorkerQueue<T> {
     /// `local`'s length, stored by the owner after every change: `has_work` and `stats` read
     /// it from any thread (the owner's own `has_work` sees its own stores).
     local_len: AtomicUsize,
-    inbox: Padded<Mpsc<T>>,
+    inbox: CachePadded<Mpsc<T>>,
 }
 
 impl<T> WorkerQueue<T> {
@@ -81,7 +82,7 @@ impl<T> WorkerQueue<T> {
         WorkerQueue {
             local: OwnerCell::new(Ring::new()),
             local_len: AtomicUsize::new(0),
-            inbox: Padded(Mpsc::new()),
+            inbox: CachePadded::new(Mpsc::new()),
         }
     }
 
@@ -125,8 +126,10 @@ impl<T: Task> RoundRobin<T> {
     pub fn new(workers: usize) -> Result<Self, SchedError> {
         check_workers(workers)?;
         Ok(RoundRobin {
-            queues: (0..workers).map(|_| Padded(WorkerQueue::new())).collect(),
-            next: Padded(AtomicUsize::new(0)),
+            queues: (0..workers)
+                .map(|_| CachePadded::new(WorkerQueue::new()))
+                .collect(),
+            next: CachePadded::new(AtomicUsize::new(0)),
             _task: PhantomData,
         })
     }

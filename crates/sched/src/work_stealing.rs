@@ -10,9 +10,10 @@ use crate::loom::{AtomicU8, AtomicUsize, Ordering, UnsafeCell, spin_wait};
 use crate::queue::Mpsc;
 use crate::ring::Ring;
 use crate::{
-    Notify, Padded, Policy, Popped, Reason, SchedError, Task, WorkerStats, check_workers, home_of,
+    Notify, Policy, Popped, Reason, SchedError, Task, WorkerStats, check_workers, home_of,
     notify_worker, push_then_pop, valid_here,
 };
+use crossbeam_utils::CachePadded;
 
 /// Every this many pops a worker looks at the global injector first (Go's `schedtick % 61`),
 /// so that two tasks that keep waking each other cannot starve the global queue.
@@ -101,11 +102,11 @@ pub const RUN_NEXT_GRACE: std::time::Duration = std::time::Duration::from_micros
 /// ```
 pub struct WorkStealing<T> {
     workers: Box<[PerWorker<T>]>,
-    injector: Padded<Injector<T>>,
+    injector: CachePadded<Injector<T>>,
     /// Batch steals in progress. A batch steal takes tasks off the victim (or the injector)
     /// before it publishes them in the thief's deque; in between no queue shows them, so
     /// `has_work` reports work while this is non-zero (see there).
-    in_transit: Padded<AtomicUsize>,
+    in_transit: CachePadded<AtomicUsize>,
 }
 
 /// One worker's queues, each part on its own cache lines by who writes it and who reads it:
@@ -114,19 +115,19 @@ pub struct WorkStealing<T> {
 /// had looked at its deque: ~6 % of `ping_pong` on two workers).
 struct PerWorker<T> {
     /// State only the worker's own thread uses (see `OwnerCell`).
-    local: Padded<OwnerCell<Local<T>>>,
+    local: CachePadded<OwnerCell<Local<T>>>,
     /// Counters only the owner writes (for `stats`).
-    own_stats: Padded<OwnStats>,
+    own_stats: CachePadded<OwnStats>,
     /// Thieves' end of `local.deque`: read-only here (the deque's indices live in its own
     /// allocation).
-    stealer: Padded<Stealer<T>>,
+    stealer: CachePadded<Stealer<T>>,
     /// Written by the owner on every spawn and wake-up; looked at by thieves that found the
     /// deques empty.
-    run_next: Padded<RunNext<T>>,
+    run_next: CachePadded<RunNext<T>>,
     /// Tasks pinned to this worker, pushed by other threads.
-    inbox: Padded<Mpsc<T>>,
+    inbox: CachePadded<Mpsc<T>>,
     /// Tasks thieves took from here (written by thieves).
-    stolen_from: Padded<StatCounter>,
+    stolen_from: CachePadded<StatCounter>,
 }
 
 /// The counters of [`PerWorker`] that only its owner writes.
@@ -320,7 +321,7 @@ impl<T: Task> WorkStealing<T> {
                 let deque = Worker::new_fifo();
                 let stealer = deque.stealer();
                 PerWorker {
-                    local: Padded(OwnerCell::new(Local {
+                    local: CachePadded::new(OwnerCell::new(Local {
                         deque,
                         pinned: Ring::new(),
                         tick: 0,
@@ -328,22 +329,22 @@ impl<T: Task> WorkStealing<T> {
                         rng: (w as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
                         prefer_pinned: true,
                     })),
-                    own_stats: Padded(OwnStats {
+                    own_stats: CachePadded::new(OwnStats {
                         pinned_len: StatLen::new(0),
                         stole: StatCounter::new(0),
                         global_pops: StatCounter::new(0),
                     }),
-                    stealer: Padded(stealer),
-                    inbox: Padded(Mpsc::new()),
-                    run_next: Padded(RunNext::new()),
-                    stolen_from: Padded(StatCounter::new(0)),
+                    stealer: CachePadded::new(stealer),
+                    inbox: CachePadded::new(Mpsc::new()),
+                    run_next: CachePadded::new(RunNext::new()),
+                    stolen_from: CachePadded::new(StatCounter::new(0)),
                 }
             })
             .collect();
         Ok(WorkStealing {
             workers: per_worker,
-            injector: Padded(Injector::new()),
-            in_transit: Padded(AtomicUsize::new(0)),
+            injector: CachePadded::new(Injector::new()),
+            in_transit: CachePadded::new(AtomicUsize::new(0)),
         })
     }
 

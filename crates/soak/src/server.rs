@@ -52,6 +52,8 @@ pub fn run(opts: &Opts) -> Result<(), String> {
     }
     let rt = builder
         .stuck_threshold(Some(Duration::from_millis(opts.stuck_ms)))
+        // The generator counts these lines on this process's stderr.
+        .on_stuck(|report| eprintln!("soak-server: {report}"))
         .build()
         .map_err(|e| format!("building the runtime: {e}"))?;
     let bind = || TcpListener::bind("127.0.0.1:0").map_err(|e| format!("binding: {e}"));

@@ -143,9 +143,20 @@
 //! The runtime picks among the backends compiled in when it is built:
 //! `RuntimeBuilder::io(IoBackend::…)`, else the `SPINDLE_IO` environment variable (`uring`,
 //! `epoll`, `kqueue`, `iocp`, `polling`, `none`), else the platform's best that works (on Linux
-//! io_uring, falling back to epoll with one line on stderr saying why). `Runtime::io_backend()`
-//! and [`Metrics::io_backend`] say which it picked. Spindle has no logging framework: the
-//! fallback line on stderr is its only log output.
+//! io_uring, falling back to epoll when the kernel refuses a ring). `Runtime::io_backend()`
+//! and [`Metrics::io_backend`] say which it picked.
+//!
+//! # Output
+//!
+//! Spindle's libraries write nothing to stdout or stderr. What they report goes through the
+//! [`log`](https://docs.rs/log) facade, to whatever logger the program installs (none: it is
+//! dropped): the IO backend fallback (`warn`, target `spindle_rt::io`), a coroutine that kept
+//! its worker past the stuck threshold (`warn`, `spindle_rt::monitor`; or to the program's
+//! `RuntimeBuilder::on_stuck` hook instead), a worker whose IO driver cannot wait (`error`), a
+//! runtime dropped by its own coroutine while panicking (`error`), a multishot accept io_uring
+//! could not cancel (`warn`). The exception is the documented aborts: a stack overflow, a
+//! coroutine suspending while it unwinds, an io_uring ring that can no longer be waited on
+//! with an operation in flight. Each writes one line to stderr saying why, then aborts.
 //!
 //! # À la carte
 //!
@@ -195,7 +206,13 @@ macro_rules! with_io {
 with_io! {
     /// Blocking-style IO (the `spindle-io` crate) and the backends compiled in.
     pub mod io {
-        pub use spindle_io::*;
+        pub use spindle_io::{net, offload};
+        #[cfg(unix)]
+        pub use spindle_io::{Io, PipeReader, PipeWriter, fs, pipe};
+
+        /// The interface between a runtime and its IO backends, for writing a backend of your
+        /// own: `spindle_io::driver` (an application never needs it).
+        pub use spindle_io::driver;
 
         /// The epoll backend (Linux; empty elsewhere): the `spindle-io-epoll` crate.
         #[cfg(feature = "io-epoll")]

@@ -1,6 +1,7 @@
 //! What can go wrong when making or switching stacks, and what to do about it.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::report::ByteSize;
 
@@ -76,15 +77,73 @@ pub enum StackError {
         /// `stack-growable`).
         feature: &'static str,
     },
-    /// Another OS call failed.
+    /// Another OS call failed. The OS's own error is the [`source`](std::error::Error::source).
     Os {
         /// The call that failed (`mmap`, `mprotect`, `sigaction`, ...).
         operation: &'static str,
-        /// The OS error code (`errno` on Unix, `GetLastError` on Windows).
+        /// The OS error code (`errno` on Unix, `GetLastError` on Windows; 0 if the OS gave
+        /// none).
         code: i32,
         /// The size of the stack being worked on, in bytes (0 if not about one stack).
         requested: usize,
+        /// The OS error of `code`, as a [`std::io::Error`].
+        error: OsError,
     },
+}
+
+/// The OS error inside [`StackError::Os`]: a shared [`std::io::Error`], so that the
+/// `StackError` stays `Clone` and comparable (two are equal when their OS codes are).
+#[derive(Clone)]
+pub struct OsError(Arc<std::io::Error>);
+
+impl OsError {
+    /// The error of OS code `code` (`errno`, `GetLastError`); 0 means the OS gave none.
+    pub fn from_code(code: i32) -> OsError {
+        OsError(Arc::new(if code == 0 {
+            std::io::Error::other("the OS gave no error code")
+        } else {
+            std::io::Error::from_raw_os_error(code)
+        }))
+    }
+
+    /// The error as a [`std::io::Error`].
+    pub fn io_error(&self) -> &std::io::Error {
+        &self.0
+    }
+}
+
+impl PartialEq for OsError {
+    fn eq(&self, other: &OsError) -> bool {
+        self.0.raw_os_error() == other.0.raw_os_error()
+    }
+}
+
+impl Eq for OsError {}
+
+impl fmt::Debug for OsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for OsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl std::error::Error for OsError {}
+
+impl StackError {
+    /// [`StackError::Os`] for `operation` failing with OS code `code` (0: none given).
+    pub(crate) fn os(operation: &'static str, code: i32, requested: usize) -> StackError {
+        StackError::Os {
+            operation,
+            code,
+            requested,
+            error: OsError::from_code(code),
+        }
+    }
 }
 
 impl fmt::Display for StackError {
@@ -143,10 +202,11 @@ impl fmt::Display for StackError {
                 "{what} is not compiled in: enable the `{feature}` feature of spindle-stack \
                  (`stack-{feature}` of spindles, spindle-coro or spindle-rt)",
             ),
+            // The OS's message is the source's, not repeated here.
             StackError::Os {
                 operation,
-                code,
                 requested,
+                ..
             } => {
                 write!(f, "{operation} failed")?;
                 if requested > 0 {
@@ -156,13 +216,20 @@ impl fmt::Display for StackError {
                         ByteSize(requested)
                     )?;
                 }
-                write!(f, ": {}", std::io::Error::from_raw_os_error(code))
+                Ok(())
             }
         }
     }
 }
 
-impl std::error::Error for StackError {}
+impl std::error::Error for StackError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StackError::Os { error, .. } => Some(error.io_error()),
+            _ => None,
+        }
+    }
+}
 
 impl From<StackError> for std::io::Error {
     fn from(err: StackError) -> Self {
@@ -176,7 +243,7 @@ impl From<StackError> for std::io::Error {
             | StackError::AddressSpaceLimit { .. } => ErrorKind::OutOfMemory,
             StackError::SharedStackBusy => ErrorKind::ResourceBusy,
             StackError::Unsupported { .. } | StackError::Disabled { .. } => ErrorKind::Unsupported,
-            StackError::Os { code, .. } => std::io::Error::from_raw_os_error(code).kind(),
+            StackError::Os { ref error, .. } => error.io_error().kind(),
         };
         std::io::Error::new(kind, err)
     }
@@ -207,6 +274,29 @@ mod tests {
         }
         .to_string();
         assert!(msg.contains("256 KiB stack (262144 bytes)"), "{msg}");
+    }
+
+    /// `Os` names the call in its message and gives the OS's error as its source, whose
+    /// text the message does not repeat (a printer of the chain would show it twice).
+    #[test]
+    fn os_error_is_the_source_and_not_repeated_in_the_message() {
+        use std::error::Error;
+        let err = StackError::os("mprotect", 13, 8192);
+        let source = err.source().expect("Os has a source");
+        let io = source
+            .downcast_ref::<std::io::Error>()
+            .expect("an io::Error");
+        assert_eq!(io.raw_os_error(), Some(13));
+        let (msg, cause) = (err.to_string(), source.to_string());
+        assert_eq!(msg, "mprotect failed for a 8 KiB stack (8192 bytes)");
+        assert!(!msg.contains(&cause), "{msg:?} repeats {cause:?}");
+        assert_eq!(err.clone(), err);
+        assert_ne!(err, StackError::os("mprotect", 12, 8192));
+        // No code from the OS: still a source saying so.
+        let err = StackError::os("mmap", 0, 0);
+        assert!(err.source().unwrap().to_string().contains("no error code"));
+        // Other variants carry their whole story in the message.
+        assert!(StackError::SharedStackBusy.source().is_none());
     }
 
     #[test]

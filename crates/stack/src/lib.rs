@@ -24,8 +24,8 @@
 //! # Overflow is a message, then an abort
 //!
 //! Every guarded stack is registered in a process-wide table that a `SIGSEGV`/`SIGBUS`
-//! handler consults. A fault in a guard prints one line naming the coroutine (see
-//! [`Stack::set_owner`]) and aborts:
+//! handler consults. A fault in a guard writes one line to stderr naming the coroutine (see
+//! [`Stack::set_owner`]) and aborts; that line is the only thing this crate ever writes:
 //!
 //! ```text
 //! spindle: coroutine 'worker-3' (#42) overflowed its 256 KiB fixed stack (guard 4 KiB); aborting
@@ -93,7 +93,7 @@ mod valgrind;
 
 use std::ptr::NonNull;
 
-pub use error::StackError;
+pub use error::{OsError, StackError};
 pub use fixed::FixedStack;
 #[cfg(feature = "growable")]
 pub use growable::GrowableStack;

@@ -21,6 +21,7 @@ const OP_CLOSED: usize = 1;
 
 /// Why an acquire failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AcquireError {
     /// The semaphore was [closed](Semaphore::close).
     Closed,

@@ -13,6 +13,8 @@ use std::os::windows::io::{
 };
 use std::time::{Duration, Instant};
 
+use socket2::SockRef;
+
 use crate::driver::{Op, OpKind};
 use crate::net::addr::{ToSocketAddrs, each_addr};
 use crate::net::backoff::AcceptBackoff;
@@ -161,12 +163,19 @@ impl TcpListener {
         let fd = match done {
             Some(r) => r?,
             None => {
-                let (fd, s, l) = self
-                    .ev
-                    .readiness_op(Direction::Read, None, || sys::accept(self.ev.fd()))?;
-                storage = s;
-                len = l;
-                fd
+                let (fd, peer) = self.ev.readiness_op(Direction::Read, None, || {
+                    sys::accept(SockRef::from(&self.inner))
+                })?;
+                let peer = peer.as_socket().ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "accept gave no internet address",
+                    )
+                })?;
+                return Ok((
+                    TcpStream::from_nonblocking(std::net::TcpStream::from(fd)),
+                    peer,
+                ));
             }
         };
         let peer = sys::raw_to_socket_addr(&storage, len)?;
@@ -342,9 +351,9 @@ impl TcpStream {
         match stream.connect_completion(addr, deadline) {
             Some(r) => r?,
             None => {
-                if !sys::connect_to(stream.ev.fd(), addr)? {
+                if !sys::connect_to(SockRef::from(&stream.inner), addr)? {
                     stream.ev.readiness_op(Direction::Write, deadline, || {
-                        match sys::take_error(stream.ev.fd())? {
+                        match stream.inner.take_error()? {
                             Some(e) => Err(e),
                             None => match stream.inner.peer_addr() {
                                 Ok(_) => Ok(()),
@@ -395,7 +404,7 @@ impl TcpStream {
         deadline: Option<Instant>,
     ) -> Option<io::Result<()>> {
         self.ev.completion(OpKind::Connect, |p, socket| {
-            sys::bind_to(&self.inner, &sys::unspecified_like(addr))?;
+            sys::bind_to(SockRef::from(&self.inner), &sys::unspecified_like(addr))?;
             // On the heap: the task may be on a copying stack.
             let raw = Box::new(sys::RawAddr::new(addr));
             p.submit(
@@ -651,7 +660,7 @@ impl TcpStream {
         // closed connection.
         #[cfg(unix)]
         return self.ev.readiness_op(Direction::Write, deadline, || {
-            sys::send_vectored(self.ev.fd(), bufs)
+            sys::send_vectored(SockRef::from(&self.inner), bufs)
         });
         #[cfg(windows)]
         self.ev.readiness_op(Direction::Write, deadline, || {

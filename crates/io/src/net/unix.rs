@@ -8,6 +8,8 @@ use std::os::unix::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use socket2::{Domain, SockRef, Type};
+
 use crate::driver::{Op, OpKind};
 use crate::net::backoff::AcceptBackoff;
 use crate::net::tcp::fd_conversions;
@@ -113,7 +115,9 @@ impl UnixListener {
             Some(r) => r?,
             None => {
                 self.ev
-                    .readiness_op(Direction::Read, None, || sys::accept(self.ev.fd()))?
+                    .readiness_op(Direction::Read, None, || {
+                        sys::accept(SockRef::from(&self.inner))
+                    })?
                     .0
             }
         };
@@ -206,18 +210,16 @@ impl UnixStream {
     }
 
     fn connect_deadline(path: &Path, deadline: Option<Instant>) -> io::Result<UnixStream> {
-        let (raw, len) = sys::unix_addr(path)?;
-        let fd = sys::socket(libc::AF_UNIX, libc::SOCK_STREAM)?;
-        let stream = UnixStream::from_nonblocking(std::os::unix::net::UnixStream::from(fd));
+        let addr = sys::unix_addr(path)?;
+        let socket = sys::socket(Domain::UNIX, Type::STREAM)?;
+        let stream = UnixStream::from_nonblocking(std::os::unix::net::UnixStream::from(socket));
         let mut pause = Duration::from_millis(1);
         loop {
-            match sys::connect_start(stream.ev.fd(), &raw, len) {
+            match sys::connect_start(SockRef::from(&stream.inner), &addr) {
                 Ok(true) => return Ok(stream),
                 Ok(false) => {
-                    stream.ev.readiness_op(
-                        Direction::Write,
-                        deadline,
-                        || match sys::take_error(stream.ev.fd())? {
+                    stream.ev.readiness_op(Direction::Write, deadline, || {
+                        match stream.inner.take_error()? {
                             Some(e) => Err(e),
                             None => match stream.inner.peer_addr() {
                                 Ok(_) => Ok(()),
@@ -226,8 +228,8 @@ impl UnixStream {
                                 }
                                 Err(e) => Err(e),
                             },
-                        },
-                    )?;
+                        }
+                    })?;
                     return Ok(stream);
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
@@ -275,7 +277,7 @@ impl UnixStream {
     /// `SOCK_SEQPACKET` socket too).
     fn adopt(inner: std::os::unix::net::UnixStream) -> UnixStream {
         let mut stream = UnixStream::from_nonblocking(inner);
-        stream.records = sys::is_seqpacket(stream.inner.as_raw_fd());
+        stream.records = sys::is_seqpacket(SockRef::from(&stream.inner));
         stream
             .ev
             .adopt_timeouts(stream.inner.read_timeout(), stream.inner.write_timeout());
@@ -430,20 +432,8 @@ impl UnixStream {
             buf,
             deadline,
             |fd, buf| Op::Send { fd, buf, flags: 0 },
-            |buf| send_nosignal(self.ev.fd(), buf),
+            |buf| sys::send_nosignal(SockRef::from(&self.inner), buf),
         )
-    }
-}
-
-/// `send(2)` with `MSG_NOSIGNAL` where it exists (std's `UnixStream::write` uses `write(2)`,
-/// which raises `SIGPIPE` on a closed peer).
-fn send_nosignal(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
-    // SAFETY: `buf` is valid for reads of its length.
-    let n = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), sys::SEND_NO_SIGPIPE) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
     }
 }
 

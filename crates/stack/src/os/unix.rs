@@ -85,11 +85,7 @@ pub(crate) fn map_stack(
         unsafe { unmap(base, total) };
         return Err(err);
     }
-    NonNull::new(base).ok_or(StackError::Os {
-        operation: "mmap",
-        code: 0,
-        requested,
-    })
+    NonNull::new(base).ok_or_else(|| StackError::os("mmap", 0, requested))
 }
 
 /// Makes `[addr, addr + len)` read-write (`writable`) or no-access.
@@ -150,11 +146,7 @@ pub(crate) fn classify(operation: &'static str, errno: i32, requested: usize) ->
             requested,
             reason: "the OS rejected it (EINVAL: too large for the address space?)",
         },
-        code => StackError::Os {
-            operation,
-            code,
-            requested,
-        },
+        code => StackError::os(operation, code, requested),
     }
 }
 

@@ -126,10 +126,6 @@ pub(crate) fn classify(operation: &'static str, code: i32, requested: usize) -> 
             requested,
             reason: "the OS rejected it (too large for the address space?)",
         },
-        code => StackError::Os {
-            operation,
-            code,
-            requested,
-        },
+        code => StackError::os(operation, code, requested),
     }
 }

@@ -98,11 +98,11 @@ fn current_alt_stack() -> Result<libc::stack_t, StackError> {
     let mut current: libc::stack_t = unsafe { std::mem::zeroed() };
     // SAFETY: query only (null new stack); `current` is valid and writable.
     if unsafe { libc::sigaltstack(ptr::null(), &mut current) } != 0 {
-        return Err(StackError::Os {
-            operation: "sigaltstack",
-            code: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
-            requested: 0,
-        });
+        return Err(StackError::os(
+            "sigaltstack",
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+            0,
+        ));
     }
     Ok(current)
 }
@@ -137,11 +137,7 @@ fn install_own_alt_stack() -> Result<(), StackError> {
             // SAFETY: the mapping was just made and is not in use.
             unsafe { os::unmap(mapping.as_ptr(), total) };
         }
-        return Err(StackError::Os {
-            operation: "sigaltstack",
-            code,
-            requested: ALT_STACK_SIZE,
-        });
+        return Err(StackError::os("sigaltstack", code, ALT_STACK_SIZE));
     }
     let registered = OWNED_ALT_STACK.try_with(|owned| {
         owned.mapping.set(mapping.as_ptr());

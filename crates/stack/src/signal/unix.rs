@@ -73,11 +73,7 @@ pub(crate) fn install_fault_handler() -> Result<(), StackError> {
     });
     match INSTALL_ERRNO.load(Ordering::Relaxed) {
         0 => Ok(()),
-        code => Err(StackError::Os {
-            operation: "sigaction",
-            code,
-            requested: 0,
-        }),
+        code => Err(StackError::os("sigaction", code, 0)),
     }
 }
 

@@ -32,11 +32,7 @@ pub(crate) fn install_fault_handler() -> Result<(), StackError> {
     if INSTALLED.load(Ordering::Relaxed) {
         Ok(())
     } else {
-        Err(StackError::Os {
-            operation: "AddVectoredExceptionHandler",
-            code: 0,
-            requested: 0,
-        })
+        Err(StackError::os("AddVectoredExceptionHandler", 0, 0))
     }
 }
 

@@ -1,4 +1,8 @@
 //! The channels' errors, as `std::sync::mpsc` and crossbeam-channel define them.
+//!
+//! Unlike the crate's other error enums these are exhaustive, as std's and crossbeam's are: a
+//! channel operation can only fail these ways (full or empty, timed out, disconnected), and a
+//! caller matches every case to decide what to do with the message it gets back.
 
 use std::fmt;
 
