@@ -246,3 +246,51 @@ fn a_foreign_waker_may_block_on_a_lock_when_woken() {
     let run = run_child_with_watchdog("child_foreign_waker_locks", LIMIT);
     assert!(run.ok(), "{run}");
 }
+
+/// A waker of no runtime whose wake-up blocks the thread (a plain sleep).
+struct SleepsOnWake;
+
+impl std::task::Wake for SleepsOnWake {
+    fn wake(self: std::sync::Arc<Self>) {
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// A wake-up that blocks runs in its cleanup coroutine, so a stuck report names that
+/// coroutine, not the task that had finished (which the report used to blame: the worker
+/// still showed it as running).
+#[test]
+fn a_stuck_report_names_the_cleanup_not_the_finished_task() {
+    use std::future::Future;
+    let reports = std::sync::Arc::new(Mutex::new(Vec::new()));
+    let seen = reports.clone();
+    let rt = Runtime::builder()
+        .workers(1)
+        .stuck_threshold(Some(Duration::from_millis(50)))
+        .on_stuck(move |r| seen.lock().unwrap().push((r.task_id, r.to_string())))
+        .build()
+        .unwrap();
+    let finished_id = rt.block_on(|| {
+        let mut child = spindle_rt::Builder::new()
+            .name("finishing-child")
+            .spawn(|| spindle_rt::sleep(Duration::from_millis(5)))
+            .unwrap();
+        let id = child.id();
+        let waker = std::task::Waker::from(std::sync::Arc::new(SleepsOnWake));
+        let mut cx = std::task::Context::from_waker(&waker);
+        assert!(std::pin::Pin::new(&mut child).poll(&mut cx).is_pending());
+        // The child finishes; its wake-up sleeps 300 ms in a cleanup coroutine meanwhile.
+        spindle_rt::sleep(Duration::from_millis(400));
+        id
+    });
+    drop(rt);
+    let reports = reports.lock().unwrap();
+    assert!(!reports.is_empty(), "the blocking wake-up was reported");
+    for (task, line) in reports.iter() {
+        assert_ne!(*task, finished_id, "{line}");
+        assert!(
+            line.contains("spindle-rt cleanup: a foreign waker's wake-up"),
+            "{line}"
+        );
+    }
+}
