@@ -29,7 +29,7 @@ pub fn parse_report(text: &str) -> Result<(String, Vec<Row>), String> {
         .and_then(Json::as_str)
         .ok_or("the bench report has no \"suite\"")?
         .to_string();
-    let Some(Json::Arr(results)) = doc.get("results") else {
+    let Some(Json::Array(results)) = doc.get("results") else {
         return Err("the bench report has no \"results\" array".into());
     };
     let mut rows = Vec::new();
@@ -41,7 +41,7 @@ pub fn parse_report(text: &str) -> Result<(String, Vec<Row>), String> {
                 .ok_or_else(|| format!("a bench result has no string \"{k}\""))
         };
         let value = match r.get("value") {
-            Some(Json::Num(v)) => *v,
+            Some(Json::Number(v)) => v.as_f64().unwrap_or(f64::NAN),
             // A failed measurement: no figure.
             _ => f64::NAN,
         };
