@@ -373,7 +373,7 @@ mod tests {
             .unwrap_err();
         assert!(matches!(many, BuildError::Sched(_)), "{many:?}");
         let stack = crate::Runtime::builder()
-            .stack(crate::StackKind::Pooled { size: 0 })
+            .stack(crate::StackKind::Pooled { size: usize::MAX })
             .build()
             .unwrap_err();
         assert!(matches!(stack, BuildError::Stack(_)), "{stack:?}");

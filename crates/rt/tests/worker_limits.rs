@@ -10,7 +10,13 @@ fn an_absurd_worker_count_is_an_error_that_names_the_limit() {
         Ok(_) => panic!("a runtime of 2^31 workers was built"),
         Err(e) => e,
     };
-    let message = err.to_string();
+    // The message says what failed; its source says why (the limit).
+    let mut message = err.to_string();
+    let mut source = std::error::Error::source(&err);
+    while let Some(cause) = source {
+        message.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
     assert!(
         message.contains(&spindle_sched::MAX_WORKERS.to_string()),
         "the error does not say the limit: {message}"
