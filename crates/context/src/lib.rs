@@ -96,11 +96,19 @@ use core::ptr::NonNull;
 #[path = "x86_64_sysv.rs"]
 mod backend;
 
-#[cfg(not(all(target_arch = "x86_64", not(windows), not(feature = "boost"))))]
+#[cfg(all(target_arch = "aarch64", not(windows), not(feature = "boost")))]
+#[path = "aarch64.rs"]
+mod backend;
+
+#[cfg(not(any(
+    all(target_arch = "x86_64", not(windows), not(feature = "boost")),
+    all(target_arch = "aarch64", not(windows), not(feature = "boost")),
+)))]
 #[path = "boost.rs"]
 mod backend;
 
-/// The name of the backend compiled in: `"x86_64-sysv"` (native) or `"boost"`.
+/// The name of the backend compiled in: `"x86_64-sysv"`, `"aarch64-aapcs"` or
+/// `"aarch64-apple"` (native), or `"boost"`.
 pub const BACKEND: &str = backend::NAME;
 
 /// Whether each context has its own floating-point environment (MXCSR control bits and x87
