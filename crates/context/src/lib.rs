@@ -100,15 +100,19 @@ mod backend;
 #[path = "aarch64.rs"]
 mod backend;
 
+#[cfg(all(target_arch = "x86_64", windows, not(feature = "boost")))]
+#[path = "x86_64_windows.rs"]
+mod backend;
+
 #[cfg(not(any(
-    all(target_arch = "x86_64", not(windows), not(feature = "boost")),
+    all(target_arch = "x86_64", not(feature = "boost")),
     all(target_arch = "aarch64", not(windows), not(feature = "boost")),
 )))]
 #[path = "boost.rs"]
 mod backend;
 
-/// The name of the backend compiled in: `"x86_64-sysv"`, `"aarch64-aapcs"` or
-/// `"aarch64-apple"` (native), or `"boost"`.
+/// The name of the backend compiled in: `"x86_64-sysv"`, `"x86_64-windows"`, `"aarch64-aapcs"`
+/// or `"aarch64-apple"` (native), or `"boost"`.
 pub const BACKEND: &str = backend::NAME;
 
 /// Whether each context has its own floating-point environment (MXCSR control bits and x87

@@ -512,6 +512,8 @@ fn a_context_without_a_resumer_ends_its_backtrace_cleanly() {
 fn the_backend_is_the_documented_one() {
     let native = if cfg!(all(target_arch = "x86_64", not(windows))) {
         Some("x86_64-sysv")
+    } else if cfg!(all(target_arch = "x86_64", windows)) {
+        Some("x86_64-windows")
     } else if cfg!(all(target_arch = "aarch64", target_vendor = "apple")) {
         Some("aarch64-apple")
     } else if cfg!(all(target_arch = "aarch64", not(windows))) {
