@@ -43,14 +43,16 @@
 //!
 //! | register | holds |
 //! |---|---|
-//! | `x0` | the context being left (becomes `Transfer::context`) |
-//! | `x1` | the word passed (becomes `Transfer::data`) |
+//! | `x0` | the word passed (becomes `Transfer::data`) |
+//! | `x1` | the context being left (becomes `Transfer::context`) |
 //! | `x2` | the context being entered |
 //! | `x30` | the leaver's resume address |
 //! | `sp` | the leaver's stack pointer (the tail pushes the leaver's state there) |
 //!
-//! `x0` and `x1` are where AAPCS64 passes a `Transfer` (a 16-byte composite, in two registers)
-//! and where an `OnTop` function returns one, so no register moves are needed around calls.
+//! The word comes in `x0`, the return register, because it is what a `suspend` returns and what
+//! the caller of a `resume` usually looks at first. (AAPCS64 passes and returns a `Transfer`, a
+//! 16-byte composite, in `x0`/`x1` in the opposite order; only the trampolines, off the round
+//! trip's path, swap the two.)
 //!
 //! # A fresh stack
 //!
@@ -206,7 +208,7 @@ fn current_fpcr() -> usize {
 }
 
 /// The first resume address of every fresh context: runs the tail, then branches to the entry
-/// function with the `Transfer` (already in `x0`/`x1`) and the link slot's address.
+/// function with the `Transfer` (in `x0`/`x1`) and the link slot's address.
 #[unsafe(naked)]
 unsafe extern "C" fn entry_trampoline() {
     naked_asm!(
@@ -217,8 +219,11 @@ unsafe extern "C" fn entry_trampoline() {
         // Until the branch below this frame is half built: say it is the outermost one.
         ".cfi_undefined x30",
         tail!(), // sp = top - 16: [sp] = entry, [sp + 8] = link
-        "ldr x16, [sp]",    // the entry (x16: an indirect branch that BTI would accept)
-        "add x2, sp, #8",   // its `Link` argument: the slot at top - 8
+        "ldr x16, [sp]",  // the entry (x16: an indirect branch that BTI would accept)
+        "mov x3, x0",     // entry(Transfer { context: x1 -> x0,
+        "mov x0, x1",
+        "mov x1, x3",     //                  data: x0 -> x1 },
+        "add x2, sp, #8", //       link: the slot at top - 8)
         // From here on, the caller of this frame is the context in the link slot:
         // DW_CFA_def_cfa_expression, 5 bytes: DW_OP_breg31 (sp) + 8; DW_OP_deref;
         // DW_OP_plus_uconst FRAME.
@@ -248,7 +253,13 @@ unsafe extern "C" fn ontop_trampoline() {
         save_leaver!(),       // the leaver is now suspended, as by any tail
         "mov x19, x2",        // keep the target across the call (the leaver's x19 is saved)
         "mov sp, x2",         // run f on the target's stack, below its saved context
-        "blr x3",             // f(Transfer { x0, x1 }) returns the target's Transfer in x0, x1
+        "mov x2, x0",         // f(Transfer { context: x1 -> x0,
+        "mov x0, x1",
+        "mov x1, x2", //              data: x0 -> x1 })
+        "blr x3",     // returns the target's Transfer { context: x0, data: x1 }:
+        "mov x2, x0", // back to the word in x0 and the context in x1
+        "mov x0, x1",
+        "mov x1, x2",
         "mov x2, x19",        // the context to enter,
         "mov sp, x2",         // with sp where its tail may push scratch (below its context)
         "ldr x16, [x2, #16]", // its resume address,
@@ -269,15 +280,15 @@ pub(crate) unsafe fn jump(to: Context, data: usize) -> Transfer {
     // x29 and sp. All other registers are declared clobbered.
     unsafe {
         asm!(
-            "sub x0, sp, #32",   // our context, once the target's tail has saved us
+            "sub x1, sp, #32",   // our context, once the target's tail has saved us
             "adr x30, 2f",       // our resume address, for the target's tail to save
             "ldr x16, [x2, #16]", // the target's resume address
             "br x16",            // and in; the return-address predictor is left alone
             "2:",
             tail!(),
             in("x2") to.0.as_ptr(),
-            inlateout("x1") data => data_in,
-            lateout("x0") from,
+            inlateout("x0") data => data_in,
+            lateout("x1") from,
             lateout("x20") _, lateout("x21") _, lateout("x22") _, lateout("x23") _,
             lateout("x24") _, lateout("x25") _, lateout("x26") _, lateout("x27") _,
             lateout("x28") _,
@@ -299,7 +310,7 @@ pub(crate) unsafe fn jump_ontop(to: Context, data: usize, f: OnTop) -> Transfer 
     // below its saved context (which it does not touch) and then enters the target normally.
     unsafe {
         asm!(
-            "sub x0, sp, #32",
+            "sub x1, sp, #32",
             "adr x30, 2f",
             "b {trampoline}",
             "2:",
@@ -307,8 +318,8 @@ pub(crate) unsafe fn jump_ontop(to: Context, data: usize, f: OnTop) -> Transfer 
             trampoline = sym ontop_trampoline,
             in("x2") to.0.as_ptr(),
             in("x3") f,
-            inlateout("x1") data => data_in,
-            lateout("x0") from,
+            inlateout("x0") data => data_in,
+            lateout("x1") from,
             lateout("x20") _, lateout("x21") _, lateout("x22") _, lateout("x23") _,
             lateout("x24") _, lateout("x25") _, lateout("x26") _, lateout("x27") _,
             lateout("x28") _,
@@ -330,15 +341,15 @@ pub(crate) unsafe fn resume(to: Context, data: usize, link: Link) -> Transfer {
     // context (`sp - 32`, where the target's tail saves us) in it before entering the target.
     unsafe {
         asm!(
-            "sub x0, sp, #32",    // our context once the target's tail has saved us
-            "str x0, [x3]",       // the target's link: its resumer, for suspend and unwinders
+            "sub x1, sp, #32",    // our context once the target's tail has saved us
+            "str x1, [x3]",       // the target's link: its resumer, for suspend and unwinders
             "ldr x16, [x2, #16]", // the target's resume address
             "blr x16",            // in; lr = our resume address, predicted by suspend's `ret`
             tail!(),
             in("x2") to.0.as_ptr(),
             in("x3") link.as_ptr(),
-            inlateout("x1") data => data_in,
-            lateout("x0") from,
+            inlateout("x0") data => data_in,
+            lateout("x1") from,
             lateout("x20") _, lateout("x21") _, lateout("x22") _, lateout("x23") _,
             lateout("x24") _, lateout("x25") _, lateout("x26") _, lateout("x27") _,
             lateout("x28") _,
@@ -361,14 +372,14 @@ pub(crate) unsafe fn suspend(link: Link, data: usize) -> usize {
     unsafe {
         asm!(
             "ldr x2, [x3]",       // the resumer's context
-            "sub x0, sp, #32",    // ours, once the resumer's tail has saved us
+            "sub x1, sp, #32",    // ours, once the resumer's tail has saved us
             "adr x30, 2f",        // our resume address, for that tail to save
             "ldr x16, [x2, #16]", // the resumer's resume address: right after its `blr`
             "ret x16",            // pops the predictor entry that `blr` pushed
             "2:",
             tail!(),
             in("x3") link.as_ptr(),
-            inlateout("x1") data => data_in,
+            inlateout("x0") data => data_in,
             lateout("x20") _, lateout("x21") _, lateout("x22") _, lateout("x23") _,
             lateout("x24") _, lateout("x25") _, lateout("x26") _, lateout("x27") _,
             lateout("x28") _,
