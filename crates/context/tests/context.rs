@@ -531,3 +531,48 @@ fn the_backend_is_the_documented_one() {
         expected == "boost" || cfg!(feature = "fp-env")
     );
 }
+
+#[test]
+#[cfg(all(windows, target_arch = "x86_64"))]
+fn the_tebs_stack_bounds_follow_the_running_stack() {
+    /// The TEB's `NtTib.StackBase` and `NtTib.StackLimit`.
+    fn stack_bounds() -> (usize, usize) {
+        let (base, limit): (usize, usize);
+        // SAFETY: reads two words of the current thread's TEB, which gs addresses.
+        unsafe {
+            std::arch::asm!(
+                "mov {base}, gs:[0x08]",
+                "mov {limit}, gs:[0x10]",
+                base = out(reg) base,
+                limit = out(reg) limit,
+                options(nostack, readonly, preserves_flags),
+            );
+        }
+        (base, limit)
+    }
+    extern "C" fn report_bounds(mut t: Transfer, _link: Link) -> ! {
+        loop {
+            let (base, limit) = stack_bounds();
+            // SAFETY: the test, suspended in `jump`; it reads the second word from `data`.
+            unsafe { *(t.data as *mut usize) = limit };
+            // SAFETY: as above.
+            t = unsafe { t.context.jump(base) };
+        }
+    }
+    if spindle_context::BACKEND != "x86_64-windows" {
+        return; // `boost` sets them from its own view of the stack (below the reserved words)
+    }
+    let outside = stack_bounds();
+    let mut stack = TestStack::new(64 * 1024);
+    let top = stack.top().as_ptr() as usize & !15;
+    let size = stack.size();
+    let mut ctx = stack.context(report_bounds);
+    for _ in 0..3 {
+        let mut limit = 0usize;
+        // SAFETY: `ctx` is fresh or suspended in its loop; `limit` outlives the switch.
+        let t = unsafe { ctx.jump(&mut limit as *mut usize as usize) };
+        assert_eq!((t.data, limit), (top, top - size), "inside the context");
+        assert_eq!(stack_bounds(), outside, "back on the test's stack");
+        ctx = t.context;
+    }
+}
