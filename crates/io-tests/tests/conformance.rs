@@ -19,14 +19,11 @@
 //! sockets are kernel objects bounded by memory, so `WSAEMFILE`/`WSAENOBUFS` cannot be
 //! provoked cheaply; the back-off code is shared with Unix, where it is tested).
 //!
-//! The cancellation cases are ignored on Windows: cancelling a coroutine unwinds its stack,
-//! and under Wine 8 any unwind on a coroutine stack aborts the process ("failed to initiate
-//! panic, error 5"; spindle-coro's own panic tests do the same). Wine's exception dispatcher
-//! walks the TEB's exception-registration list (`Tib.ExceptionList`, frames on the thread's
-//! original stack) by comparing addresses with the faulting stack pointer, and the context
-//! switch does not swap that list, so Wine calls the thread's outer handler before any
-//! frame of the coroutine and the unwind ends there. Run them with `--ignored` once the
-//! Windows context switch handles it.
+//! The cancellation cases unwind a coroutine's stack. On Windows that works because the native
+//! x86_64 Windows context switch swaps the TEB's stack bounds and exception-registration list
+//! with the stack: Wine's exception dispatcher checks frames against the former and walks the
+//! latter. (With the `boost` context backend an unwind on a coroutine stack aborts under Wine 8:
+//! "failed to initiate panic, error 5".)
 
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr};
@@ -255,9 +252,7 @@ suite!(
         #[cfg(unix)] emfile_on_accept,
     ],
     runtime_only: [
-        #[cfg_attr(windows, ignore = "coroutine unwinding aborts under Wine (see the module docs)")]
         cancel_mid_read,
-        #[cfg_attr(windows, ignore = "coroutine unwinding aborts under Wine (see the module docs)")]
         cancel_mid_write,
         copying_stack_io,
     ],
