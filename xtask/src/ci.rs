@@ -34,24 +34,48 @@ const CROSS_ALL_TARGETS: [&str; 6] = [
     "spindle-rt",
 ];
 
-/// The crates whose tests the `test-windows-wine` leg runs under Wine: the IOCP backend,
-/// spindle-io (its Windows sockets), the IO conformance suite (modes `iocp`, `polling`,
-/// `no_driver`, `thread`) and spindle-park. (spindle-io-polling's own tests are left out:
+/// The crates whose tests the `test-windows-wine` leg runs under Wine: the context switch (the
+/// native x86_64 Windows backend) and the coroutines on it, the IOCP backend, spindle-io (its
+/// Windows sockets), the IO conformance suite (modes `iocp`, `polling`, `no_driver`, `thread`)
+/// and spindle-park. (spindle-io-polling's own tests are left out:
 /// `a_reader_and_a_writer_waiting_together_both_wake` times out in about one run in ten under
 /// Wine 8.)
-const WINE_TESTED: [&str; 4] = [
+const WINE_TESTED: [&str; 6] = [
+    "spindle-context",
+    "spindle-coro",
     "spindle-io-iocp",
     "spindle-io",
     "spindle-io-tests",
     "spindle-park",
 ];
 
-/// Targets checked by the `cross-<target>` legs (library crates only).
-const CROSS_TARGETS: [&str; 3] = [
+/// Targets checked by the `cross-<target>` legs (library crates only). Not
+/// `aarch64-pc-windows-msvc`: its context switch is the `context` crate's, whose build script
+/// needs MSVC's `armasm64.exe` even to type-check.
+const CROSS_TARGETS: [&str; 5] = [
     "x86_64-unknown-freebsd",
     "x86_64-apple-darwin",
+    "aarch64-apple-darwin",
     "x86_64-pc-windows-gnu",
+    "x86_64-pc-windows-msvc",
 ];
+
+/// The crates whose test suites the `aarch64` leg runs under qemu-user (with the IO
+/// conformance suite's `epoll` mode, [`AARCH64_CONFORMANCE`]).
+const AARCH64_TESTED: [&str; 8] = [
+    "spindle-context",
+    "spindle-stack",
+    "spindle-coro",
+    "spindle-park",
+    "spindle-timer",
+    "spindle-sched",
+    "spindle-sync",
+    "spindle-rt",
+];
+
+/// The IO conformance suite's cases that the `aarch64` leg runs: those of the `epoll` mode
+/// (a test-name filter).
+const AARCH64_CONFORMANCE: &str = "epoll::";
 
 type LegFn = Box<dyn Fn() -> Result<(), String>>;
 
@@ -227,8 +251,14 @@ pub fn legs() -> Vec<Leg> {
     }
     legs.push(Leg::custom(
         "test-windows-wine",
-        "windows-gnu tests (IOCP, io, IO conformance, park) under Wine",
+        "windows-gnu tests (context, coro, IOCP, io, IO conformance, park) under Wine",
         || test_windows_wine(&WINE_TESTED, None),
+    ));
+    legs.push(Leg::custom(
+        "aarch64",
+        "aarch64-linux tests (context, stack, coro, park, timer, sched, sync, rt, IO conformance \
+         on epoll) under qemu-user",
+        test_aarch64,
     ));
     legs.push(Leg::custom(
         "soak",
@@ -336,6 +366,57 @@ fn cross(target: &str) -> Result<(), String> {
             .args(packages(&CROSS_ALL_TARGETS))
             .args(["--", "-D", "warnings"]),
     )
+}
+
+/// Cross-builds the test suites of [`AARCH64_TESTED`] and the IO conformance suite for
+/// aarch64-unknown-linux-gnu with `aarch64-linux-gnu-gcc` as the linker, and runs them under
+/// qemu-user: `ci/aarch64/setup.sh` checks the tools and (as root) registers qemu with
+/// binfmt_misc, which the tests' child processes (re-executions of the test binary) need.
+/// Doctests are left out: they check the API's examples, which the `test` leg runs natively.
+/// Tests that need what qemu-user does not emulate (`RLIMIT_AS`, `mincore`, io_uring, `fork`
+/// in a threaded process) skip themselves with a line on stderr.
+fn test_aarch64() -> Result<(), String> {
+    const TARGET: &str = "aarch64-unknown-linux-gnu";
+    const SYSROOT: &str = "/usr/aarch64-linux-gnu";
+    ensure_target(TARGET)?;
+    let setup = proc::root().join("ci/aarch64/setup.sh");
+    let qemu = proc::run_stdout(Command::new("bash").arg(&setup)).map_err(|e| {
+        format!(
+            "{e} (it needs gcc-aarch64-linux-gnu, libc6-dev-arm64-cross, qemu-user and \
+             qemu-user-binfmt, which .ci/run installs)"
+        )
+    })?;
+    let qemu = qemu.trim().to_string();
+    let cross_cargo = || {
+        let mut c = cargo();
+        c.env(
+            "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER",
+            "aarch64-linux-gnu-gcc",
+        )
+        .env(
+            "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER",
+            format!("{qemu} -L {SYSROOT}"),
+        )
+        // For the child processes, which binfmt_misc starts under qemu.
+        .env("QEMU_LD_PREFIX", SYSROOT);
+        c
+    };
+    proc::run(
+        cross_cargo()
+            .args(["test", "--tests", "--target", TARGET])
+            .args(packages(&AARCH64_TESTED)),
+    )?;
+    proc::run(cross_cargo().args([
+        "test",
+        "--target",
+        TARGET,
+        "-p",
+        "spindle-io-tests",
+        "--test",
+        "conformance",
+        "--",
+        AARCH64_CONFORMANCE,
+    ]))
 }
 
 /// The workspace's target directory (`cargo metadata`).
@@ -809,6 +890,7 @@ mod tests {
         assert_eq!(names[0], "fmt");
         assert!(names.contains(&"cross-x86_64-pc-windows-gnu"));
         assert!(names.contains(&"test-windows-wine"));
+        assert!(names.contains(&"aarch64"));
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), legs.len());

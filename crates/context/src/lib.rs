@@ -20,38 +20,43 @@
 //!   [`Link`] slot;
 //! * [`suspend`] switches back to whoever is recorded in the link.
 //!
-//! On the native backend `resume` enters the target with a `call` and `suspend` leaves it with
-//! the matching `ret`, so the CPU's return-address predictor stays in step; and the link is what
-//! the unwinder follows from the bottom of a context's stack into its resumer, so a backtrace
-//! captured inside a coroutine shows the coroutine's frames and then the resumer's.
+//! On the native backends `resume` enters the target with a call (`call`, `blr`) and `suspend`
+//! leaves it with the matching return (`ret`), so the CPU's return-address predictor stays in
+//! step; and the link is what the unwinder follows from the bottom of a context's stack into its
+//! resumer, so a backtrace captured inside a coroutine shows the coroutine's frames and then the
+//! resumer's.
 //!
 //! # Backends
 //!
-//! | target | backend | chosen by |
+//! | target | backend ([`BACKEND`]) | chosen by |
 //! |---|---|---|
-//! | x86_64, System V (Linux, FreeBSD, macOS, …) | native: Rust inline asm, no build script | default |
-//! | every other target, and x86_64 with feature `boost` | the `context` crate (a port of Boost.Context, assembled by its build script) | automatic / feature `boost` |
+//! | x86_64, System V (Linux, FreeBSD, macOS, …) | native `x86_64-sysv`: Rust inline asm, no build script | default |
+//! | x86_64 Windows (`-gnu`, `-msvc`) | native `x86_64-windows`: the same, with the TEB's stack fields switched and Windows unwind info | default |
+//! | aarch64, AAPCS64 (Linux, macOS as `aarch64-apple`, …; not Windows) | native `aarch64-aapcs` / `aarch64-apple` | default |
+//! | every other target (aarch64 Windows, 32-bit, RISC-V, …), and any target with feature `boost` | `boost`: the `context` crate (a port of Boost.Context, assembled by its build script) | automatic / feature `boost` |
 //!
-//! [`BACKEND`] names the backend compiled in. Both implement the same API and pass the same
-//! test suite, with two documented differences: backtraces cross from a context into its resumer
-//! only on the native backend (on `boost` they end at the context's entry function), and the
-//! floating-point environment is always per context on `boost` (see below).
+//! All implement the same API and pass the same test suite, with two documented differences:
+//! backtraces cross from a context into its resumer only on the native backends (on `boost`
+//! they end at the context's entry function), and the floating-point environment is always per
+//! context on `boost` (see below). Each native backend's module docs draw its saved context.
 //!
-//! # Cost model (native backend)
+//! # Cost model (native backends)
 //!
-//! The switch is inline asm inlined into its caller. It pushes only `rbx` and `rbp` (which the
-//! compiler reserves and cannot be told are clobbered) and the resume address, and declares every
-//! other register clobbered, so the compiler saves just the registers that are live across the
-//! switch, and hoists those saves out of loops. Entering a context never executes a `ret` that the
-//! return-stack buffer did not predict: `jump` ends in an indirect `jmp`, `resume` in a `call`,
-//! and `suspend` in the `ret` that pairs with that `call`.
+//! The switch is inline asm inlined into its caller. It saves by hand only the registers that
+//! the compiler reserves and cannot be told are clobbered (`rbx` and `rbp` on x86_64, `x19` and
+//! the frame pointer `x29` on aarch64), the resume address, and on Windows the TEB's stack
+//! fields; it declares every other register clobbered, so the compiler saves just the registers
+//! that are live across the switch, and hoists those saves out of loops. Entering a context never
+//! executes a return that the return-address predictor did not predict: `jump` ends in an
+//! indirect jump, `resume` in a call, and `suspend` in the return that pairs with that call.
 //!
 //! # Floating-point environment
 //!
-//! The System V ABI makes the control bits of MXCSR (rounding mode, exception masks, FTZ/DAZ) and
-//! the x87 control word callee-saved. Saving and restoring them costs a few nanoseconds per
-//! switch (`ldmxcsr` is slow), and almost no Rust code changes them (LLVM assumes the default
-//! environment unless told otherwise). So by default on the native backend **the floating-point
+//! The x86_64 ABIs make the control bits of MXCSR (rounding mode, exception masks, FTZ/DAZ) and
+//! the x87 control word callee-saved; AAPCS64 does the same with FPCR (rounding mode, FZ, DN,
+//! trap enables). Saving and restoring them costs a few nanoseconds per switch (`ldmxcsr` and
+//! `msr fpcr` are slow), and almost no Rust code changes them (LLVM assumes the default
+//! environment unless told otherwise). So by default on the native backends **the floating-point
 //! environment belongs to the thread**: every context running on a thread shares it, exactly as
 //! if the contexts were ordinary functions calls. Code that changes the rounding mode must
 //! restore it before it switches away. Enable the `fp-env` feature to save and restore it per
@@ -97,16 +102,28 @@ use core::ptr::NonNull;
 #[path = "x86_64_sysv.rs"]
 mod backend;
 
-#[cfg(not(all(target_arch = "x86_64", not(windows), not(feature = "boost"))))]
+#[cfg(all(target_arch = "aarch64", not(windows), not(feature = "boost")))]
+#[path = "aarch64.rs"]
+mod backend;
+
+#[cfg(all(target_arch = "x86_64", windows, not(feature = "boost")))]
+#[path = "x86_64_windows.rs"]
+mod backend;
+
+#[cfg(not(any(
+    all(target_arch = "x86_64", not(feature = "boost")),
+    all(target_arch = "aarch64", not(windows), not(feature = "boost")),
+)))]
 #[path = "boost.rs"]
 mod backend;
 
-/// The name of the backend compiled in: `"x86_64-sysv"` (native) or `"boost"`.
+/// The name of the backend compiled in: `"x86_64-sysv"`, `"x86_64-windows"`, `"aarch64-aapcs"`
+/// or `"aarch64-apple"` (native), or `"boost"`.
 pub const BACKEND: &str = backend::NAME;
 
 /// Whether each context has its own floating-point environment (MXCSR control bits and x87
-/// control word) — `true` with the `fp-env` feature or on the `boost` backend — or shares the
-/// thread's (`false`). See the [crate docs](crate#floating-point-environment).
+/// control word; FPCR on aarch64) — `true` with the `fp-env` feature or on the `boost`
+/// backend — or shares the thread's (`false`). See the [crate docs](crate#floating-point-environment).
 pub const SAVES_FP_ENV: bool = backend::SAVES_FP_ENV;
 
 /// Bytes at the top of a stack that [`Context::new`] reserves for its own use (the [`Link`] slot

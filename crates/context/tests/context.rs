@@ -354,74 +354,82 @@ fn floats_and_formatting_work_on_a_context_stack() {
     }
 }
 
-/// MXCSR rounding-control bits (13–14): 00 nearest, 01 down, 10 up, 11 toward zero.
-mod mxcsr {
-    use std::arch::asm;
-    pub const ROUND_MASK: u32 = 0b11 << 13;
-    pub const ROUND_UP: u32 = 0b10 << 13;
-    pub fn get() -> u32 {
-        let mut v = 0u32;
-        // SAFETY: stores MXCSR into `v`.
-        unsafe { asm!("stmxcsr [{}]", in(reg) &mut v as *mut u32, options(nostack)) };
-        v
+/// The rounding mode of the floating-point unit: MXCSR's rounding-control bits (13–14: 00
+/// nearest, 10 up) on x86_64, FPCR's RMode bits (22–23: 00 nearest, 01 up) on aarch64.
+mod rounding {
+    #[cfg(target_arch = "x86_64")]
+    mod reg {
+        use std::arch::asm;
+        pub const MASK: usize = 0b11 << 13;
+        pub const UP: usize = 0b10 << 13;
+        pub fn get() -> usize {
+            let mut v = 0u32;
+            // SAFETY: stores MXCSR into `v`.
+            unsafe { asm!("stmxcsr [{}]", in(reg) &mut v as *mut u32, options(nostack)) };
+            v as usize
+        }
+        pub fn set(v: usize) {
+            let v = v as u32;
+            // SAFETY: loads a valid MXCSR value (only rounding bits changed from a read one).
+            unsafe { asm!("ldmxcsr [{}]", in(reg) &v as *const u32, options(nostack)) };
+        }
     }
-    pub fn set(v: u32) {
-        // SAFETY: loads a valid MXCSR value (only rounding bits changed from a read one).
-        unsafe { asm!("ldmxcsr [{}]", in(reg) &v as *const u32, options(nostack)) };
+    #[cfg(target_arch = "aarch64")]
+    mod reg {
+        use std::arch::asm;
+        pub const MASK: usize = 0b11 << 22;
+        pub const UP: usize = 0b01 << 22;
+        pub fn get() -> usize {
+            let v: usize;
+            // SAFETY: reads FPCR, which EL0 may read.
+            unsafe { asm!("mrs {}, fpcr", out(reg) v, options(nomem, nostack)) };
+            v
+        }
+        pub fn set(v: usize) {
+            // SAFETY: writes a value read from FPCR with only the rounding bits changed.
+            unsafe { asm!("msr fpcr, {}", in(reg) v, options(nomem, nostack)) };
+        }
     }
+    pub use reg::{MASK, UP, get, set};
 }
 
 #[test]
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn floating_point_environment_follows_the_documented_semantics() {
+    use rounding as fp;
     // The context switches the rounding mode to "up" and suspends without restoring it.
     extern "C" fn round_up(t: Transfer, _link: Link) -> ! {
-        mxcsr::set((mxcsr::get() & !mxcsr::ROUND_MASK) | mxcsr::ROUND_UP);
+        fp::set((fp::get() & !fp::MASK) | fp::UP);
         let mut t = t;
         loop {
-            let seen = (mxcsr::get() & mxcsr::ROUND_MASK) as usize;
+            let seen = fp::get() & fp::MASK;
             // SAFETY: the test, suspended.
             t = unsafe { t.context.jump(seen) };
         }
     }
-    let original = mxcsr::get();
-    assert_eq!(
-        original & mxcsr::ROUND_MASK,
-        0,
-        "tests run in round-to-nearest"
-    );
+    let original = fp::get();
+    assert_eq!(original & fp::MASK, 0, "tests run in round-to-nearest");
     let mut stack = TestStack::new(64 * 1024);
     let ctx = stack.context(round_up);
     // SAFETY: fresh context.
     let t = unsafe { ctx.jump(0) };
-    let in_test = mxcsr::get() & mxcsr::ROUND_MASK;
-    mxcsr::set(original); // the test thread is back in round-to-nearest
+    let in_test = fp::get() & fp::MASK;
+    fp::set(original); // the test thread is back in round-to-nearest
     // SAFETY: suspended in its loop.
     let t2 = unsafe { t.context.jump(0) };
-    let after_second = mxcsr::get() & mxcsr::ROUND_MASK;
-    mxcsr::set(original); // whatever happened, leave the test thread clean
-    assert_eq!(t.data as u32, mxcsr::ROUND_UP);
+    let after_second = fp::get() & fp::MASK;
+    fp::set(original); // whatever happened, leave the test thread clean
+    assert_eq!(t.data, fp::UP);
     if spindle_context::SAVES_FP_ENV {
         // Per context: the change stayed inside the context, and the context kept it.
         assert_eq!(in_test, 0, "the resumer keeps its own rounding mode");
-        assert_eq!(
-            t2.data as u32,
-            mxcsr::ROUND_UP,
-            "the context keeps its own rounding mode"
-        );
+        assert_eq!(t2.data, fp::UP, "the context keeps its own rounding mode");
         assert_eq!(after_second, 0);
     } else {
         // Shared by the thread: the change is visible to the resumer.
-        assert_eq!(
-            in_test,
-            mxcsr::ROUND_UP,
-            "the thread's rounding mode is shared"
-        );
+        assert_eq!(in_test, fp::UP, "the thread's rounding mode is shared");
         // And the context sees whatever the thread has when it is resumed.
-        assert_eq!(
-            t2.data as u32, 0,
-            "the context sees the thread's current mode"
-        );
+        assert_eq!(t2.data, 0, "the context sees the thread's current mode");
         assert_eq!(after_second, 0);
     }
 }
@@ -502,15 +510,69 @@ fn a_context_without_a_resumer_ends_its_backtrace_cleanly() {
 
 #[test]
 fn the_backend_is_the_documented_one() {
-    let native = cfg!(all(target_arch = "x86_64", not(windows)));
-    let expected = if native && !cfg!(feature = "boost") {
-        "x86_64-sysv"
+    let native = if cfg!(all(target_arch = "x86_64", not(windows))) {
+        Some("x86_64-sysv")
+    } else if cfg!(all(target_arch = "x86_64", windows)) {
+        Some("x86_64-windows")
+    } else if cfg!(all(target_arch = "aarch64", target_vendor = "apple")) {
+        Some("aarch64-apple")
+    } else if cfg!(all(target_arch = "aarch64", not(windows))) {
+        Some("aarch64-aapcs")
     } else {
-        "boost"
+        None
+    };
+    let expected = match native {
+        Some(name) if !cfg!(feature = "boost") => name,
+        _ => "boost",
     };
     assert_eq!(spindle_context::BACKEND, expected);
     assert_eq!(
         spindle_context::SAVES_FP_ENV,
         expected == "boost" || cfg!(feature = "fp-env")
     );
+}
+
+#[test]
+#[cfg(all(windows, target_arch = "x86_64"))]
+fn the_tebs_stack_bounds_follow_the_running_stack() {
+    /// The TEB's `NtTib.StackBase` and `NtTib.StackLimit`.
+    fn stack_bounds() -> (usize, usize) {
+        let (base, limit): (usize, usize);
+        // SAFETY: reads two words of the current thread's TEB, which gs addresses.
+        unsafe {
+            std::arch::asm!(
+                "mov {base}, gs:[0x08]",
+                "mov {limit}, gs:[0x10]",
+                base = out(reg) base,
+                limit = out(reg) limit,
+                options(nostack, readonly, preserves_flags),
+            );
+        }
+        (base, limit)
+    }
+    extern "C" fn report_bounds(mut t: Transfer, _link: Link) -> ! {
+        loop {
+            let (base, limit) = stack_bounds();
+            // SAFETY: the test, suspended in `jump`; it reads the second word from `data`.
+            unsafe { *(t.data as *mut usize) = limit };
+            // SAFETY: as above.
+            t = unsafe { t.context.jump(base) };
+        }
+    }
+    if spindle_context::BACKEND != "x86_64-windows" {
+        return; // `boost` sets them from its own view of the stack (below the reserved words)
+    }
+    let outside = stack_bounds();
+    let mut stack = TestStack::new(64 * 1024);
+    let top = stack.top().as_ptr() as usize & !15;
+    let size = stack.size();
+    let mut ctx = stack.context(report_bounds);
+    for _ in 0..3 {
+        let mut limit = 0usize;
+        // SAFETY: `ctx` is fresh or suspended in its loop; `limit` outlives the switch.
+        let t = unsafe { ctx.jump(&mut limit as *mut usize as usize) };
+        assert_eq!((t.data, limit), (top, top - size), "inside the context");
+        assert_eq!(stack_bounds(), outside, "back on the test's stack");
+        ctx = t.context;
+    }
 }

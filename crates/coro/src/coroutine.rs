@@ -287,9 +287,9 @@ where
     ///
     /// ```
     /// use spindle_coro::{Coroutine, CoroutineResult};
-    /// use spindle_stack::GrowableStack;
+    /// use spindle_stack::FixedStack;
     ///
-    /// let stack = GrowableStack::new(16 * 1024, 8 * 1024 * 1024)?;
+    /// let stack = FixedStack::new(256 * 1024)?;
     /// let mut co = Coroutine::with_stack(stack, |_: &spindle_coro::Yielder<(), ()>, ()| 42);
     /// assert_eq!(co.resume(()), CoroutineResult::Return(42));
     /// # Ok::<(), spindle_stack::StackError>(())

@@ -302,23 +302,49 @@ fn a_backtrace_inside_a_coroutine_reaches_the_resumer() {
     assert!(inside < resumer && resumer < test, "{trace}");
 }
 
-#[test]
-fn the_rounding_mode_follows_the_documented_floating_point_semantics() {
+/// The rounding-mode field of the floating-point control register: MXCSR bits 13–14 on x86_64,
+/// FPCR's RMode bits 22–23 on aarch64; "toward zero" is 0b11 in both.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod fp_control {
     use std::arch::asm;
-    fn mxcsr() -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    pub const ROUNDING: usize = 0b11 << 13;
+    #[cfg(target_arch = "aarch64")]
+    pub const ROUNDING: usize = 0b11 << 22;
+    pub const TOWARD_ZERO: usize = ROUNDING;
+    #[cfg(target_arch = "x86_64")]
+    pub fn get() -> usize {
         let mut v = 0u32;
         // SAFETY: stores MXCSR into `v`.
         unsafe { asm!("stmxcsr [{}]", in(reg) &mut v as *mut u32, options(nostack)) };
-        v
+        v as usize
     }
-    fn set_mxcsr(v: u32) {
+    #[cfg(target_arch = "x86_64")]
+    pub fn set(v: usize) {
+        let v = v as u32;
         // SAFETY: a value read from MXCSR with only the rounding bits changed.
         unsafe { asm!("ldmxcsr [{}]", in(reg) &v as *const u32, options(nostack)) };
     }
-    const ROUNDING: u32 = 0b11 << 13;
-    const TOWARD_ZERO: u32 = 0b11 << 13;
+    #[cfg(target_arch = "aarch64")]
+    pub fn get() -> usize {
+        let v: usize;
+        // SAFETY: reads FPCR, which EL0 may read.
+        unsafe { asm!("mrs {}, fpcr", out(reg) v, options(nomem, nostack)) };
+        v
+    }
+    #[cfg(target_arch = "aarch64")]
+    pub fn set(v: usize) {
+        // SAFETY: a value read from FPCR with only the rounding bits changed.
+        unsafe { asm!("msr fpcr, {}", in(reg) v, options(nomem, nostack)) };
+    }
+}
+
+#[test]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn the_rounding_mode_follows_the_documented_floating_point_semantics() {
+    use fp_control::{ROUNDING, TOWARD_ZERO, get as mxcsr, set as set_mxcsr};
     let original = mxcsr();
-    let mut co = Coroutine::new(|yielder: &Yielder<(), u32>, ()| {
+    let mut co = Coroutine::new(|yielder: &Yielder<(), usize>, ()| {
         set_mxcsr(mxcsr() | TOWARD_ZERO);
         loop {
             yielder.suspend(mxcsr() & ROUNDING);

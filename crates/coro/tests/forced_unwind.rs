@@ -5,12 +5,16 @@
 #![cfg(all(feature = "stack-shared", feature = "stack-growable"))]
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+#[cfg(unix)]
 use std::process::Command;
+#[cfg(unix)]
 use std::time::Duration;
 
 use spindle_coro::{Coroutine, CoroutineResult, SharedStack, Yielder};
+#[cfg(unix)]
 use spindle_stack::{GrowableStack, PoolConfig, PoolKind, Stack, StackPool};
 
+#[cfg(unix)]
 fn run_child(test: &str) -> (std::process::ExitStatus, String) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
@@ -44,6 +48,7 @@ fn run_child(test: &str) -> (std::process::ExitStatus, String) {
     )
 }
 
+#[cfg(unix)]
 fn is_child(test: &str) -> bool {
     std::env::var("SPINDLE_CORO_TEST_CHILD").as_deref() == Ok(test)
 }
@@ -133,6 +138,7 @@ fn catching_forced_unwind_repeatedly_still_finishes() {
 
 /// Recurses until a local's address is below `floor` (a stack address), returning the depth.
 #[inline(never)]
+#[cfg(unix)]
 fn recurse_to(floor: usize, depth: usize) -> usize {
     let frame = std::hint::black_box([0u8; 512]);
     let here = frame.as_ptr() as usize;
@@ -146,6 +152,7 @@ fn recurse_to(floor: usize, depth: usize) -> usize {
 /// A grown pooled growable stack is shrunk back and grows again correctly on reuse.
 #[test]
 #[ignore = "child process of growable_pool_reuse (it may abort on a stack overflow)"]
+#[cfg(unix)] // growable stacks grow in a SIGSEGV handler: StackError::Unsupported elsewhere
 fn child_growable_pool_reuse() {
     if !is_child("child_growable_pool_reuse") {
         return;
@@ -175,6 +182,7 @@ fn child_growable_pool_reuse() {
 }
 
 #[test]
+#[cfg(unix)] // growable stacks grow in a SIGSEGV handler: StackError::Unsupported elsewhere
 fn growable_pool_reuse() {
     let (status, err) = run_child("child_growable_pool_reuse");
     assert!(
@@ -186,6 +194,7 @@ fn growable_pool_reuse() {
 /// A coroutine can use (almost) all of a growable stack's max.
 #[test]
 #[ignore = "child process of growable_near_max (it may abort on a stack overflow)"]
+#[cfg(unix)] // growable stacks grow in a SIGSEGV handler: StackError::Unsupported elsewhere
 fn child_growable_near_max() {
     if !is_child("child_growable_near_max") {
         return;
@@ -198,6 +207,7 @@ fn child_growable_near_max() {
 }
 
 #[test]
+#[cfg(unix)] // growable stacks grow in a SIGSEGV handler: StackError::Unsupported elsewhere
 fn growable_near_max() {
     let (status, err) = run_child("child_growable_near_max");
     assert!(

@@ -30,7 +30,10 @@ fn coroutines_and_generators_need_no_feature() {
 fn the_context_backend_is_the_one_selected() {
     if cfg!(feature = "context-boost") {
         assert_eq!(spindles::context::BACKEND, "boost");
-    } else if cfg!(all(target_arch = "x86_64", not(windows))) {
+    } else if cfg!(any(
+        target_arch = "x86_64",
+        all(target_arch = "aarch64", not(windows))
+    )) {
         assert_ne!(spindles::context::BACKEND, "boost");
     }
 }

@@ -44,13 +44,14 @@ impl Future for Signal {
 /// `valgrind-rt` leg sets `SPINDLE_UNDER_VALGRIND`), which does not see the kernel's writes
 /// into an io_uring's shared rings, so a worker parked in `io_uring_enter` is never woken, and
 /// the whole process hangs (valgrind runs one thread at a time: a test's watchdog thread too).
-/// Says so on stderr. Every other run (the test leg) runs these tests.
+/// Also under an emulator that refuses io_uring (qemu-user, the `aarch64` leg). Says so on
+/// stderr. Every other run (the test leg) runs these tests.
 pub fn io_uring_left_out(test: &str) -> bool {
     let left_out = std::env::var_os("SPINDLE_UNDER_VALGRIND").is_some();
     if left_out {
         eprintln!("{test}: left out under valgrind (it does not see io_uring's ring writes)");
     }
-    left_out
+    left_out || skipped_under_emulation(test, "io_uring (it answers io_uring_setup with ENOSYS)")
 }
 
 /// A runtime on `io` with one worker and one blocking thread.
@@ -161,4 +162,31 @@ pub fn run_child_with_watchdog(child: &str, limit: Duration) -> ChildRun {
         stdout: out_reader.join().unwrap(),
         stderr: err_reader.join().unwrap(),
     }
+}
+
+/// The emulator this test process runs under, if any: qemu-user, recognised by the executable
+/// of `/proc/thread-self/exe`, which it leaves alone (it makes `/proc/self/exe` name the guest
+/// program). Some kernel interfaces differ there: qemu-user keeps `RLIMIT_AS` to itself (it
+/// reserves the guest's address space and fails mappings with its own `ENOMEM`), maps guest
+/// memory with mappings of its own, answers `mincore` with `ENOMEM` for guest stacks, and
+/// refuses `io_uring_setup` (`ENOSYS`).
+pub fn emulator() -> Option<String> {
+    let exe = std::fs::read_link("/proc/thread-self/exe").ok()?;
+    let name = exe.file_name()?.to_string_lossy().into_owned();
+    name.starts_with("qemu-").then_some(name)
+}
+
+/// Whether the calling test must be skipped because it runs under an emulator that does not
+/// give it `needs`; says so on stderr, outside the test harness's capture, so that the line
+/// shows even though the test passes.
+pub fn skipped_under_emulation(test: &str, needs: &str) -> bool {
+    use std::io::Write;
+    let Some(emulator) = emulator() else {
+        return false;
+    };
+    let _ = writeln!(
+        std::io::stderr(),
+        "{test}: skipped under {emulator}, which does not provide {needs}"
+    );
+    true
 }

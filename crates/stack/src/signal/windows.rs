@@ -45,7 +45,12 @@ pub(crate) fn install_fault_handler() -> Result<(), StackError> {
 /// # Errors
 ///
 /// [`StackError::Os`] if the exception handler cannot be installed.
+#[inline]
 pub fn prepare_thread() -> Result<(), StackError> {
+    // Every resume calls this: once the handler is in, it is one load.
+    if INSTALLED.load(Ordering::Relaxed) {
+        return Ok(());
+    }
     install_fault_handler()
 }
 

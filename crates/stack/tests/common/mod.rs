@@ -203,3 +203,30 @@ pub unsafe fn touch_below(top: *mut u8, len: usize) {
         offset += page;
     }
 }
+
+/// The emulator this test process runs under, if any: qemu-user, recognised by the executable
+/// of `/proc/thread-self/exe`, which it leaves alone (it makes `/proc/self/exe` name the guest
+/// program). Some kernel interfaces differ there: qemu-user keeps `RLIMIT_AS` to itself (it
+/// reserves the guest's address space and fails mappings with its own `ENOMEM`), maps guest
+/// memory with mappings of its own, answers `mincore` with `ENOMEM` for guest stacks, and
+/// refuses `io_uring_setup` (`ENOSYS`).
+pub fn emulator() -> Option<String> {
+    let exe = std::fs::read_link("/proc/thread-self/exe").ok()?;
+    let name = exe.file_name()?.to_string_lossy().into_owned();
+    name.starts_with("qemu-").then_some(name)
+}
+
+/// Whether the calling test must be skipped because it runs under an emulator that does not
+/// give it `needs`; says so on stderr, outside the test harness's capture, so that the line
+/// shows even though the test passes.
+pub fn skipped_under_emulation(test: &str, needs: &str) -> bool {
+    use std::io::Write;
+    let Some(emulator) = emulator() else {
+        return false;
+    };
+    let _ = writeln!(
+        std::io::stderr(),
+        "{test}: skipped under {emulator}, which does not provide {needs}"
+    );
+    true
+}

@@ -1,0 +1,69 @@
+//! Times the `switch` of `cargo xtask bench core` — one resume + suspend round trip of a
+//! coroutine on a pooled stack, divided by 2 — with whichever context backend this build has,
+//! and prints the median of several samples. Portable (no Linux-only harness), so that the same
+//! program can compare platforms and backends side by side: for example a windows-gnu build run
+//! under Wine against the Linux build, one after the other.
+//!
+//! ```text
+//! cargo run --release -p spindle-coro --example switch_time [-- SAMPLES]
+//! ```
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use spindle_coro::{Coroutine, CoroutineResult, Yielder};
+
+/// Runs `op` `n` times.
+fn run(op: &mut impl FnMut() -> usize, n: u64) -> Duration {
+    let start = Instant::now();
+    for _ in 0..n {
+        black_box(op());
+    }
+    start.elapsed()
+}
+
+/// Nanoseconds per call of `op`: calibrated to a run of about `target`, as the bench harness
+/// does.
+fn time_ns(op: &mut impl FnMut() -> usize, target: Duration) -> f64 {
+    let mut n: u64 = 1;
+    loop {
+        let t = run(op, n);
+        if t >= target / 10 || n >= 1 << 40 {
+            let per_op = t.as_secs_f64().max(1e-12) / n as f64;
+            let count = (target.as_secs_f64() / per_op).ceil().clamp(1.0, 1e15) as u64;
+            return run(op, count).as_nanos() as f64 / count as f64;
+        }
+        n *= 2;
+    }
+}
+
+fn main() {
+    let samples: usize = std::env::args()
+        .nth(1)
+        .map(|a| a.parse().expect("SAMPLES: a number"))
+        .unwrap_or(11);
+    let mut co = Coroutine::new(|y: &Yielder<(), usize>, ()| {
+        loop {
+            y.suspend(black_box(1));
+        }
+    })
+    .expect("a coroutine on a pooled stack");
+    assert_eq!(co.resume(()), CoroutineResult::Yield(1));
+    let mut op = || match co.resume(()) {
+        CoroutineResult::Yield(v) => v,
+        CoroutineResult::Return(()) => 0,
+    };
+    let mut ns: Vec<f64> = (0..samples)
+        .map(|_| time_ns(&mut op, Duration::from_millis(200)) / 2.0)
+        .collect();
+    ns.sort_by(f64::total_cmp);
+    println!(
+        "switch backend={} fp_env={} median_ns={:.2} min_ns={:.2} max_ns={:.2} samples={}",
+        spindle_context::BACKEND,
+        spindle_context::SAVES_FP_ENV,
+        ns[ns.len() / 2],
+        ns[0],
+        ns[ns.len() - 1],
+        ns.len()
+    );
+}
