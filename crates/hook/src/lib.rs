@@ -248,3 +248,19 @@ impl fmt::Display for EnableError {
 }
 
 impl std::error::Error for EnableError {}
+
+#[cfg(all(test, not(feature = "interpose")))]
+mod tests {
+    /// Without the feature nothing is interposed, and `enable` says why.
+    #[test]
+    fn without_the_feature_enable_says_it_is_not_compiled_in() {
+        assert!(!super::is_supported());
+        let e = super::enable().unwrap_err();
+        assert!(matches!(
+            e,
+            super::EnableError::NotCompiled | super::EnableError::Unsupported
+        ));
+        assert!(e.to_string().contains("spindle-hook"));
+        assert!(!super::is_enabled());
+    }
+}

@@ -33,14 +33,16 @@ impl FdWait {
     /// only their own registration of a number.
     pub unsafe fn new(fd: RawFd) -> FdWait {
         FdWait {
-            ev: Evented::new(fd),
+            ev: Evented::stopping_on_cancel(fd),
         }
     }
 
     /// Runs the non-blocking call `op` until it does not fail with `WouldBlock`, waiting for
     /// readability (`write == false`) or writability in between, until `deadline` (then
     /// `TimedOut`, an error without an OS code). `Interrupted` is retried. In a task only the
-    /// task waits; elsewhere the thread blocks in `poll(2)`.
+    /// task waits; elsewhere the thread blocks in `poll(2)`. A task that defers cancellation
+    /// and is asked to cancel runs `op` again at once (on a reactor; the other paths end their
+    /// wait as they do for the IO types), so that `op` can see the request and stop.
     ///
     /// # Errors
     ///

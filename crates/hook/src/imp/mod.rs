@@ -363,6 +363,8 @@ fn coroutine_wait(
             Some(code) if op_errno == Some(code) => Some(Err(code)),
             // The deadline: a socket timeout expired, as the kernel reports it.
             _ if e.kind() == io::ErrorKind::TimedOut => Some(Err(libc::EAGAIN)),
+            // The wait ended for a cancel request.
+            _ if spindle_park::cancel_requested() => Some(Err(libc::ECANCELED)),
             // The driver failed (registration refused): let the thread wait.
             _ => None,
         },
