@@ -1,5 +1,10 @@
 //! Before `enable`, the interposed symbols are in the executable but every call is the real
 //! one. This binary never enables the hook.
+#![cfg(all(
+    target_os = "linux",
+    target_env = "gnu",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -1,5 +1,10 @@
 //! The sleep family under the hook: inside a coroutine only the coroutine sleeps, with the
 //! real call's results; elsewhere the real call.
+#![cfg(all(
+    target_os = "linux",
+    target_env = "gnu",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
 
 mod common;
 

@@ -1,5 +1,10 @@
 //! Sockets and pipes under the hook, through std's own types: coroutines wait on the driver,
 //! with the results, timeouts and non-blocking mode std gives a thread.
+#![cfg(all(
+    target_os = "linux",
+    target_env = "gnu",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
 
 mod common;
 

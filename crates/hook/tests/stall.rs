@@ -1,5 +1,10 @@
 //! The stall scenario: blocking std calls in one coroutine must not stall the other coroutines
 //! of its worker.
+#![cfg(all(
+    target_os = "linux",
+    target_env = "gnu",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
 
 mod common;
 
