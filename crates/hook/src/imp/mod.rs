@@ -443,31 +443,75 @@ fn coroutine_sleep_until(deadline: Option<Instant>) {
 }
 
 /// The system calls themselves: what a hooked call does when it passes through. Never the C
-/// library's symbols of the same names, which are the hooks.
+/// library's symbols of the same names, which are the hooks, nor its `syscall(2)` wrapper (a
+/// call more on every pass-through).
 mod sys {
     use libc::{c_int, c_long};
     use std::time::Duration;
 
-    /// `syscall(2)` with three arguments: the result, or `-1` with `errno` set.
+    /// System call `n` with three arguments: the result, or `-1` with `errno` set.
     ///
     /// # Safety
     ///
     /// The arguments must be valid for system call `n`.
-    #[inline]
+    #[inline(always)]
     pub(super) unsafe fn call3(n: c_long, a: c_long, b: c_long, c: c_long) -> isize {
         // SAFETY: the caller's contract.
-        unsafe { libc::syscall(n, a, b, c) as isize }
+        unsafe { call6(n, [a, b, c, 0, 0, 0]) }
     }
 
-    /// `syscall(2)` with up to six arguments.
+    /// System call `n` with up to six arguments: the result, or `-1` with `errno` set. The
+    /// instruction itself (no call into the C library: this is every hooked call's
+    /// pass-through).
     ///
     /// # Safety
     ///
     /// The arguments must be valid for system call `n`.
-    #[inline]
+    #[inline(always)]
     pub(super) unsafe fn call6(n: c_long, args: [c_long; 6]) -> isize {
-        // SAFETY: the caller's contract.
-        unsafe { libc::syscall(n, args[0], args[1], args[2], args[3], args[4], args[5]) as isize }
+        let ret: c_long;
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the Linux x86_64 system call convention: number in rax, arguments in rdi,
+        // rsi, rdx, r10, r8, r9, result in rax; the instruction clobbers rcx and r11 and
+        // nothing else (the stack is not touched). The arguments are the caller's contract.
+        unsafe {
+            std::arch::asm!(
+                "syscall",
+                inlateout("rax") n => ret,
+                in("rdi") args[0],
+                in("rsi") args[1],
+                in("rdx") args[2],
+                in("r10") args[3],
+                in("r8") args[4],
+                in("r9") args[5],
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: the Linux aarch64 system call convention: number in x8, arguments in x0-x5,
+        // result in x0; nothing else is clobbered. The arguments are the caller's contract.
+        unsafe {
+            std::arch::asm!(
+                "svc 0",
+                in("x8") n,
+                inlateout("x0") args[0] => ret,
+                in("x1") args[1],
+                in("x2") args[2],
+                in("x3") args[3],
+                in("x4") args[4],
+                in("x5") args[5],
+                options(nostack),
+            );
+        }
+        // The kernel returns -errno (-4095..-1) on failure.
+        if (-4095..0).contains(&ret) {
+            set_errno(-ret as c_int);
+            -1
+        } else {
+            ret as isize
+        }
     }
 
     #[inline]
