@@ -32,8 +32,8 @@
 //! link time): std, the `libc` crate and every Rust or C object linked into the executable call
 //! them. Each one:
 //!
-//! * **passes straight through** — one relaxed atomic load, then the system call itself
-//!   (`syscall(2)`, never the C library's symbol, which would be this one) — before
+//! * **passes straight through** — one relaxed atomic load, then the system call instruction
+//!   itself (never the C library's symbol, which would be this one) — before
 //!   [`enable`], and afterwards wherever it cannot suspend a coroutine: on a plain thread, on a
 //!   runtime's worker outside its coroutines (the runtime's own drivers, the blocking pool), in
 //!   a forked child, on a descriptor the hook does not manage;
@@ -113,6 +113,10 @@
 //!   possibly a free): not for a handler.
 //! * **Sanitizers and other interposers.** ASan, TSan and `LD_PRELOAD` libraries that intercept
 //!   the same calls are bypassed (the pass-through is the system call).
+//! * **Vectored writes.** `writev` and `sendmsg` on a stream may return a partial count
+//!   where the blocking call would have waited to send everything (std's
+//!   `write_all_vectored` carries on; C code that counts on whole vectored writes to a
+//!   blocking socket would not).
 //! * **`EINTR`.** A signal that interrupts a wait in a coroutine does not end the call (the
 //!   coroutine was not in the kernel); outside coroutines the system call's `EINTR` is
 //!   returned as is. Hooked calls are not `pthread_cancel` cancellation points.
