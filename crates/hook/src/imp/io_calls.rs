@@ -84,8 +84,9 @@ fn wait_all(flags: c_int) -> bool {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
     // SAFETY: the caller's contract.
-    let mut op =
-        |_| unsafe { sys::call3(libc::SYS_read, fd as c_long, buf as c_long, count as c_long) };
+    let mut op = move |_| unsafe {
+        sys::call3(libc::SYS_read, fd as c_long, buf as c_long, count as c_long)
+    };
     match managed(fd) {
         Some(slot) => transfer(fd, slot, Dir::Read, count, false, &mut op),
         None => op(0),
@@ -99,7 +100,7 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssi
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t {
     // SAFETY: the caller's contract.
     let mut op =
-        |_| unsafe { sys::call3(libc::SYS_readv, fd as c_long, iov as c_long, n as c_long) };
+        move |_| unsafe { sys::call3(libc::SYS_readv, fd as c_long, iov as c_long, n as c_long) };
     match managed(fd) {
         Some(slot) => transfer(fd, slot, Dir::Read, 0, false, &mut op),
         None => op(0),
@@ -136,7 +137,7 @@ pub unsafe extern "C" fn recvfrom(
     addr: *mut sockaddr,
     addr_len: *mut socklen_t,
 ) -> ssize_t {
-    let mut op = |off: usize| {
+    let mut op = move |off: usize| {
         // SAFETY: the caller's contract; `off` never exceeds `len` (see `transfer`).
         unsafe {
             sys::call6(
@@ -166,7 +167,7 @@ pub unsafe extern "C" fn recvfrom(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
     // SAFETY: the caller's contract.
-    let mut op = |_| unsafe {
+    let mut op = move |_| unsafe {
         sys::call3(
             libc::SYS_recvmsg,
             fd as c_long,
@@ -185,7 +186,7 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
 /// As `write(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: size_t) -> ssize_t {
-    let mut op = |off: usize| {
+    let mut op = move |off: usize| {
         // SAFETY: the caller's contract; `off` never exceeds `count` (see `transfer`).
         unsafe {
             sys::call3(
@@ -209,7 +210,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: size_t) -> 
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t {
     // SAFETY: the caller's contract.
     let mut op =
-        |_| unsafe { sys::call3(libc::SYS_writev, fd as c_long, iov as c_long, n as c_long) };
+        move |_| unsafe { sys::call3(libc::SYS_writev, fd as c_long, iov as c_long, n as c_long) };
     match managed(fd) {
         Some(slot) => transfer(fd, slot, Dir::Write, 0, false, &mut op),
         None => op(0),
@@ -237,7 +238,7 @@ pub unsafe extern "C" fn sendto(
     addr: *const sockaddr,
     addr_len: socklen_t,
 ) -> ssize_t {
-    let mut op = |off: usize| {
+    let mut op = move |off: usize| {
         // SAFETY: the caller's contract; `off` never exceeds `len` (see `transfer`).
         unsafe {
             sys::call6(
@@ -265,7 +266,7 @@ pub unsafe extern "C" fn sendto(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
     // SAFETY: the caller's contract.
-    let mut op = |_| unsafe {
+    let mut op = move |_| unsafe {
         sys::call3(
             libc::SYS_sendmsg,
             fd as c_long,
@@ -298,7 +299,7 @@ pub unsafe extern "C" fn accept4(
     len: *mut socklen_t,
     flags: c_int,
 ) -> c_int {
-    let mut op = |_| {
+    let mut op = move |_| {
         // SAFETY: the caller's contract.
         unsafe {
             sys::call6(
@@ -328,7 +329,7 @@ pub unsafe extern "C" fn accept4(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
     // SAFETY: the caller's contract.
-    let mut op = || unsafe {
+    let mut op = move || unsafe {
         sys::call3(
             libc::SYS_connect,
             fd as c_long,
