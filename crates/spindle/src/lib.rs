@@ -120,7 +120,7 @@
 //! | `sync` | yes | [`sync`]: Mutex, RwLock, Condvar, Semaphore, Barrier, WaitGroup, channels, select |
 //! | `stack-growable` | no | growable stacks (`stack::GrowableStack`, `StackKind::Growable`) |
 //! | `stack-shared` | no | shared (copying) stacks (`stack::SharedStack`, `Coroutine::with_shared_stack`, `rt::Builder::shared_stack`): a million suspended coroutines in little memory |
-//! | `hook` | no | [`hook`]: interpose the blocking libc calls (Linux with glibc), so that std's blocking calls and the crates built on them suspend only the calling coroutine once `hook::enable()` has run; a documented no-op elsewhere |
+//! | `hook` | no | `spindle::hook`: interpose the blocking libc calls (Linux with glibc), so that std's blocking calls and the crates built on them suspend only the calling coroutine once `hook::enable()` has run; a documented no-op elsewhere |
 //! | `context-boost` | no | switch with the `context` crate (Boost.Context) instead of native asm (always used on targets without native asm) |
 //!
 //! Always there: [`context`], [`stack`] (fixed and pooled stacks), [`coro`], [`park`],
