@@ -23,9 +23,11 @@ const CORE: [&str; 3] = ["spindle-context", "spindle-stack", "spindle-coro"];
 const VALGRIND_RT_SKIPPED: [&str; 0] = [];
 
 /// Linted with their tests, examples and benches too by the `cross-<target>` legs: the IO
-/// backends for other systems (each is empty on the targets it is not for), and the runtime's
-/// crates, whose tests and examples must at least build everywhere.
-const CROSS_ALL_TARGETS: [&str; 6] = [
+/// backends for other systems (each is empty on the targets it is not for), the runtime's
+/// crates, whose tests and examples must at least build everywhere, and spindle-hook (which
+/// interposes nothing there).
+const CROSS_ALL_TARGETS: [&str; 7] = [
+    "spindle-hook",
     "spindle-io-kqueue",
     "spindle-io-iocp",
     "spindle-io",
@@ -192,6 +194,25 @@ pub fn legs() -> Vec<Leg> {
                 "--features",
                 "spindle-context/fp-env",
             ],
+        ),
+        Leg::custom(
+            "test-hook",
+            "spindle-hook with its `interpose` feature (the libc calls interposed): tests and \
+             lints",
+            || {
+                proc::run(cargo().args(["test", "-p", "spindle-hook", "--features", "interpose"]))?;
+                proc::run(cargo().args([
+                    "clippy",
+                    "-p",
+                    "spindle-hook",
+                    "--features",
+                    "interpose",
+                    "--all-targets",
+                    "--",
+                    "-D",
+                    "warnings",
+                ]))
+            },
         ),
         Leg::custom(
             "loom",
@@ -364,6 +385,8 @@ fn cross(target: &str) -> Result<(), String> {
         cargo()
             .args(["clippy", "--all-targets", "--target", target])
             .args(packages(&CROSS_ALL_TARGETS))
+            // Interposition compiles to nothing on these targets: checked with it on.
+            .args(["--features", "spindle-hook/interpose"])
             .args(["--", "-D", "warnings"]),
     )
 }

@@ -32,7 +32,7 @@ const LINUX_IO: [(&str, &str); 3] = [
 const SCHEDULERS: [&str; 3] = ["sched-fifo", "sched-rr", "sched-ws"];
 
 /// Every feature of the facade, and what it needs to build on its own.
-const FEATURES: [(&str, &str); 13] = [
+const FEATURES: [(&str, &str); 14] = [
     ("rt", "rt,sched-ws"),
     ("sched-fifo", "sched-fifo"),
     ("sched-rr", "sched-rr"),
@@ -46,10 +46,11 @@ const FEATURES: [(&str, &str); 13] = [
     ("stack-growable", "stack-growable"),
     ("stack-shared", "stack-shared"),
     ("context-boost", "context-boost"),
+    ("hook", "hook"),
 ];
 
 /// The library crates, each tested alone (à la carte: only what it asks of its dependencies).
-const CRATES: [&str; 15] = [
+const CRATES: [&str; 16] = [
     "spindle-context",
     "spindle-stack",
     "spindle-coro",
@@ -65,6 +66,7 @@ const CRATES: [&str; 15] = [
     "spindle-sync",
     "spindle-rt",
     "spindle-io-tests",
+    "spindle-hook",
 ];
 
 /// Targets the facade is type-checked for.

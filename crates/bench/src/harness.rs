@@ -28,6 +28,8 @@ use crate::chart::{self, ChartBench};
 pub enum Unit {
     Ns,
     Us,
+    /// Milliseconds (a latency measured once per run, such as a stalled worker's tick gap).
+    Ms,
     Bytes,
     CpuPct,
     CpuUsPerReq,
@@ -42,6 +44,7 @@ impl Unit {
         match self {
             Unit::Ns => "ns",
             Unit::Us => "us",
+            Unit::Ms => "ms",
             Unit::Bytes => "bytes",
             Unit::CpuPct => "cpu_pct",
             Unit::CpuUsPerReq => "cpu_us_per_req",
@@ -99,9 +102,17 @@ pub static FP_ENV: Variant = Variant {
     backend: "native+fp-env",
 };
 
+/// The libc calls interposed by `spindle-hook` (feature `hook`): the `spindle-hook` impls of the
+/// `hook` suite.
+pub static HOOK: Variant = Variant {
+    feature: "hook",
+    env: "SPINDLE_BENCH_HOOK_BIN",
+    backend: "native+hook",
+};
+
 /// Every variant; `spindle-bench variants` lists them for `cargo xtask bench`, which builds
 /// them.
-pub static VARIANTS: [&Variant; 2] = [&BOOST, &FP_ENV];
+pub static VARIANTS: [&Variant; 3] = [&BOOST, &FP_ENV, &HOOK];
 
 /// One contender in a bench.
 #[derive(Debug, Clone)]

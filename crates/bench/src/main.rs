@@ -4,7 +4,7 @@
 //! spindle-bench <suite> [--quick] [--json PATH] [--svg PATH] [--filter SUBSTRING] [--rounds N]
 //! spindle-bench measure <bench> <impl> [--quick]    (prints `value=<f64>`; used for child runs)
 //! spindle-bench list
-//! spindle-bench backend                             (prints `native`, `native+fp-env` or `boost`)
+//! spindle-bench backend                             (prints `native`, `native+fp-env`, `native+hook` or `boost`)
 //! spindle-bench variants                            (prints `<feature> <env var>` per variant)
 //! spindle-bench serve <impl> [--cpu N]              (an `io` suite server; used for child runs)
 //! spindle-bench load <host:port> [--conns N] [--size S] [--rate R] [--secs T] [--pid P]
@@ -14,12 +14,13 @@
 //! ```
 //!
 //! Normally run through `cargo xtask bench <suite> ...`, which builds this binary in release,
-//! builds a copy per variant (`variants`: the boost backend, fp-env) and passes their paths in
+//! builds a copy per variant (`variants`: the boost backend, fp-env, the hook) and passes their paths in
 //! the variants' env vars. See `harness` for how values are measured.
 
 mod chart;
 mod core;
 mod harness;
+mod hook;
 mod io;
 mod sched;
 mod sync;
@@ -31,7 +32,13 @@ use harness::{Ctx, How, RunOptions, Suite};
 
 /// Every suite, in `list` order.
 fn suites() -> Vec<Suite> {
-    vec![core::suite(), sched::suite(), io::suite(), sync::suite()]
+    vec![
+        core::suite(),
+        sched::suite(),
+        io::suite(),
+        sync::suite(),
+        hook::suite(),
+    ]
 }
 
 const USAGE: &str = "\

@@ -37,6 +37,9 @@ pub mod driver;
 mod fd;
 #[cfg(unix)]
 pub mod fs;
+#[cfg(unix)]
+#[doc(hidden)]
+pub mod hook_support;
 #[cfg(any(unix, windows))]
 pub mod net;
 mod offload;

@@ -332,6 +332,19 @@ impl ScheduledIo {
     ///
     /// `TimedOut`, or the reactor's shutdown.
     pub fn wait(&self, interest: Interest, deadline: Option<Instant>) -> io::Result<ReadyEvent> {
+        self.wait_inner(interest, deadline, false)
+    }
+
+    /// As [`wait`](ScheduledIo::wait); with `stop_on_cancel`, a cancel request that wakes a
+    /// park held off by a `spindle_park::CancelGuard` ends the wait with `Interrupted` (the
+    /// caller, which cannot unwind, reports the cancellation its own way), where `wait` keeps
+    /// waiting.
+    pub(crate) fn wait_inner(
+        &self,
+        interest: Interest,
+        deadline: Option<Instant>,
+        stop_on_cancel: bool,
+    ) -> io::Result<ReadyEvent> {
         loop {
             if let Some(event) = self.ready_for(interest)? {
                 return Ok(event);
@@ -355,6 +368,10 @@ impl ScheduledIo {
                     Some(event) => Ok(event),
                     None => Err(io::Error::from(io::ErrorKind::TimedOut)),
                 };
+            }
+            if stop_on_cancel && spindle_park::cancel_requested() {
+                self.remove_waiter(interest);
+                return Err(io::Error::from(io::ErrorKind::Interrupted));
             }
         }
     }

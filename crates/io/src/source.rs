@@ -74,6 +74,9 @@ pub(crate) struct Evented {
     drains_io: AtomicPtr<ScheduledIo>,
     /// A TCP stream: its reads stop short at the urgent mark (see [`Readiness::PRIORITY`]).
     carries_urgent_data: bool,
+    /// A wait (on a reactor, or in slices on the blocking pool) ends when the task is asked to
+    /// cancel while it defers cancellation (for callers that cannot unwind: `hook_support`).
+    stop_on_cancel: bool,
 }
 
 const NO_TIMEOUT: u64 = u64::MAX;
@@ -146,7 +149,20 @@ impl Evented {
             proactor: AtomicUsize::new(0),
             drains_io: AtomicPtr::new(ptr::null_mut()),
             carries_urgent_data,
+            stop_on_cancel: false,
         }
+    }
+
+    /// A source whose reactor waits end on a deferred cancel request (see `stop_on_cancel`).
+    #[cfg(unix)]
+    pub(crate) fn stopping_on_cancel(fd: RawSource) -> Evented {
+        let mut ev = Evented::with_urgent_data(fd, false);
+        ev.stop_on_cancel = true;
+        ev
+    }
+
+    pub(crate) fn fd(&self) -> RawSource {
+        self.fd
     }
 
     #[allow(clippy::vec_box)] // see `regs`
@@ -298,7 +314,11 @@ impl Evented {
                 let waited = reg
                     .reactor
                     .rearm(self.fd, &reg.io, interest)
-                    .and_then(|()| reg.io.wait(interest, deadline).map(drop));
+                    .and_then(|()| {
+                        reg.io
+                            .wait_inner(interest, deadline, self.stop_on_cancel)
+                            .map(drop)
+                    });
                 match waited {
                     // That reactor's driver shut down meanwhile (its runtime ended): the
                     // caller's next try registers with the current one (`registration` passes
@@ -331,6 +351,9 @@ impl Evented {
                 Err(e) if e.kind() == io::ErrorKind::TimedOut => {
                     if deadline.is_some_and(|d| Instant::now() >= d) {
                         return Err(e);
+                    }
+                    if self.stop_on_cancel && spindle_park::cancel_requested() {
+                        return Err(io::Error::from(io::ErrorKind::Interrupted));
                     }
                 }
                 done => return done,

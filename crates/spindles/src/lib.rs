@@ -120,6 +120,7 @@
 //! | `sync` | yes | [`sync`]: Mutex, RwLock, Condvar, Semaphore, Barrier, WaitGroup, channels, select |
 //! | `stack-growable` | no | growable stacks (`stack::GrowableStack`, `StackKind::Growable`) |
 //! | `stack-shared` | no | shared (copying) stacks (`stack::SharedStack`, `Coroutine::with_shared_stack`, `rt::Builder::shared_stack`): a million suspended coroutines in little memory |
+//! | `hook` | no | `spindles::hook`: interpose the blocking libc calls (Linux with glibc), so that std's blocking calls and the crates built on them suspend only the calling coroutine once `hook::enable()` has run; a documented no-op elsewhere |
 //! | `context-boost` | no | switch with the `context` crate (Boost.Context) instead of native asm (always used on targets without native asm) |
 //!
 //! Always there: [`context`], [`stack`] (fixed and pooled stacks), [`coro`], [`park`],
@@ -185,6 +186,12 @@ pub use spindle_rt as rt;
 /// a plain thread outside a runtime): the `spindle-sync` crate.
 #[cfg(feature = "sync")]
 pub use spindle_sync as sync;
+
+/// Opt-in interposition of the blocking libc calls (the `spindle-hook` crate, with its
+/// `interpose` feature): after [`hook::enable`], std's blocking calls in a coroutine suspend
+/// only the coroutine.
+#[cfg(feature = "hook")]
+pub use spindle_hook as hook;
 
 /// Gives each item the condition "some IO is compiled in" (`rt` or an `io-*` feature).
 macro_rules! with_io {

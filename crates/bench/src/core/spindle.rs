@@ -15,6 +15,9 @@ use crate::harness::{Ctx, resident_bytes};
 /// The backend this binary's Spindle was built with; `spindle-bench backend` prints it and the
 /// main binary checks it before trusting a `spindle-boost` measurement.
 pub fn backend_name() -> &'static str {
+    if cfg!(feature = "hook") {
+        return "native+hook";
+    }
     match (spindle_context::BACKEND, spindle_context::SAVES_FP_ENV) {
         ("boost", _) => "boost",
         (_, true) => "native+fp-env",

@@ -1,0 +1,802 @@
+//! Sockets and pipes: the calls that wait for a descriptor, and the bookkeeping calls that
+//! follow descriptors' lives and the application's non-blocking wish.
+
+use std::time::{Duration, Instant};
+
+use libc::{
+    c_int, c_long, c_ulong, c_void, iovec, msghdr, nfds_t, pollfd, size_t, sockaddr, socklen_t,
+    ssize_t,
+};
+
+use super::{
+    Dir, MANAGED, PASS, Slot, UNKNOWN, USER_NONBLOCKING, coroutine_sleep_until, coroutine_wait,
+    enabled, finish, in_coroutine, managed, retry, slot, sys, timeout_deadline,
+};
+
+/// `fcntl(F_GETOWN_EX)` and its owner type for process groups (as `<fcntl.h>` has them).
+const F_GETOWN_EX: c_int = 16;
+const F_OWNER_PGRP: c_int = 2;
+
+#[repr(C)]
+struct FOwnerEx {
+    kind: c_int,
+    pid: libc::pid_t,
+}
+
+/// Runs `op(offset)` on a managed descriptor until it transfers something (`complete`: until
+/// `len` bytes are transferred in all, the end of stream, an error or the deadline, as a
+/// blocking stream call does), waiting for readiness on `EAGAIN`. The C result.
+fn transfer(
+    fd: c_int,
+    slot: Slot,
+    dir: Dir,
+    len: usize,
+    complete: bool,
+    op: &mut dyn FnMut(usize) -> isize,
+) -> isize {
+    let mut done = 0usize;
+    // The socket timeout bounds the whole call, from its first wait.
+    let mut deadline: Option<Option<Instant>> = None;
+    loop {
+        let mut at = || op(done);
+        let n = at();
+        let outcome = if n >= 0 {
+            Ok(n)
+        } else {
+            match sys::errno() {
+                libc::EAGAIN => {
+                    let d = *deadline.get_or_insert_with(|| timeout_deadline(fd, dir));
+                    retry(fd, slot, dir, d, &mut at)
+                }
+                e => Err(e),
+            }
+        };
+        match outcome {
+            Ok(n) if !complete => return n,
+            Ok(n) => {
+                done += n as usize;
+                if n == 0 || done >= len {
+                    return done as isize;
+                }
+            }
+            // What was transferred before an error or the timeout is the call's result.
+            Err(_) if done > 0 => return done as isize,
+            Err(e) => return finish(Err(e)),
+        }
+    }
+}
+
+/// Whether `flags` ask this call not to wait.
+#[inline]
+fn dont_wait(flags: c_int) -> bool {
+    flags & libc::MSG_DONTWAIT != 0
+}
+
+/// Whether a read with `flags` on a stream must fill its buffer.
+#[inline]
+fn wait_all(flags: c_int) -> bool {
+    flags & libc::MSG_WAITALL != 0 && flags & libc::MSG_PEEK == 0
+}
+
+/// # Safety
+///
+/// As `read(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
+    // SAFETY: the caller's contract.
+    let mut op = move |_| unsafe {
+        sys::call3(libc::SYS_read, fd as c_long, buf as c_long, count as c_long)
+    };
+    match managed(fd) {
+        Some(slot) => transfer(fd, slot, Dir::Read, count, false, &mut op),
+        None => op(0),
+    }
+}
+
+/// # Safety
+///
+/// As `readv(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t {
+    // SAFETY: the caller's contract.
+    let mut op =
+        move |_| unsafe { sys::call3(libc::SYS_readv, fd as c_long, iov as c_long, n as c_long) };
+    match managed(fd) {
+        Some(slot) => transfer(fd, slot, Dir::Read, 0, false, &mut op),
+        None => op(0),
+    }
+}
+
+/// # Safety
+///
+/// As `recv(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
+    // SAFETY: the caller's contract.
+    unsafe {
+        recvfrom(
+            fd,
+            buf,
+            len,
+            flags,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    }
+}
+
+/// # Safety
+///
+/// As `recvfrom(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recvfrom(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    addr_len: *mut socklen_t,
+) -> ssize_t {
+    let mut op = move |off: usize| {
+        // SAFETY: the caller's contract; `off` never exceeds `len` (see `transfer`).
+        unsafe {
+            sys::call6(
+                libc::SYS_recvfrom,
+                [
+                    fd as c_long,
+                    buf.cast::<u8>().add(off) as c_long,
+                    (len - off) as c_long,
+                    flags as c_long,
+                    addr as c_long,
+                    addr_len as c_long,
+                ],
+            )
+        }
+    };
+    match managed(fd) {
+        Some(slot) if !dont_wait(flags) => {
+            transfer(fd, slot, Dir::Read, len, wait_all(flags), &mut op)
+        }
+        _ => op(0),
+    }
+}
+
+/// # Safety
+///
+/// As `recvmsg(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
+    // SAFETY: the caller's contract.
+    let mut op = move |_| unsafe {
+        sys::call3(
+            libc::SYS_recvmsg,
+            fd as c_long,
+            msg as c_long,
+            flags as c_long,
+        )
+    };
+    match managed(fd) {
+        Some(slot) if !dont_wait(flags) => transfer(fd, slot, Dir::Read, 0, false, &mut op),
+        _ => op(0),
+    }
+}
+
+/// # Safety
+///
+/// As `write(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: size_t) -> ssize_t {
+    let mut op = move |off: usize| {
+        // SAFETY: the caller's contract; `off` never exceeds `count` (see `transfer`).
+        unsafe {
+            sys::call3(
+                libc::SYS_write,
+                fd as c_long,
+                buf.cast::<u8>().add(off) as c_long,
+                (count - off) as c_long,
+            )
+        }
+    };
+    match managed(fd) {
+        Some(slot) => transfer(fd, slot, Dir::Write, count, true, &mut op),
+        None => op(0),
+    }
+}
+
+/// # Safety
+///
+/// As `writev(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t {
+    // SAFETY: the caller's contract.
+    let mut op =
+        move |_| unsafe { sys::call3(libc::SYS_writev, fd as c_long, iov as c_long, n as c_long) };
+    match managed(fd) {
+        Some(slot) => transfer(fd, slot, Dir::Write, 0, false, &mut op),
+        None => op(0),
+    }
+}
+
+/// # Safety
+///
+/// As `send(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t {
+    // SAFETY: the caller's contract.
+    unsafe { sendto(fd, buf, len, flags, std::ptr::null(), 0) }
+}
+
+/// # Safety
+///
+/// As `sendto(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendto(
+    fd: c_int,
+    buf: *const c_void,
+    len: size_t,
+    flags: c_int,
+    addr: *const sockaddr,
+    addr_len: socklen_t,
+) -> ssize_t {
+    let mut op = move |off: usize| {
+        // SAFETY: the caller's contract; `off` never exceeds `len` (see `transfer`).
+        unsafe {
+            sys::call6(
+                libc::SYS_sendto,
+                [
+                    fd as c_long,
+                    buf.cast::<u8>().add(off) as c_long,
+                    (len - off) as c_long,
+                    flags as c_long,
+                    addr as c_long,
+                    addr_len as c_long,
+                ],
+            )
+        }
+    };
+    match managed(fd) {
+        Some(slot) if !dont_wait(flags) => transfer(fd, slot, Dir::Write, len, true, &mut op),
+        _ => op(0),
+    }
+}
+
+/// # Safety
+///
+/// As `sendmsg(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
+    // SAFETY: the caller's contract.
+    let mut op = move |_| unsafe {
+        sys::call3(
+            libc::SYS_sendmsg,
+            fd as c_long,
+            msg as c_long,
+            flags as c_long,
+        )
+    };
+    match managed(fd) {
+        Some(slot) if !dont_wait(flags) => transfer(fd, slot, Dir::Write, 0, false, &mut op),
+        _ => op(0),
+    }
+}
+
+/// # Safety
+///
+/// As `accept(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn accept(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { accept4(fd, addr, len, 0) }
+}
+
+/// # Safety
+///
+/// As `accept4(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn accept4(
+    fd: c_int,
+    addr: *mut sockaddr,
+    len: *mut socklen_t,
+    flags: c_int,
+) -> c_int {
+    let mut op = move |_| {
+        // SAFETY: the caller's contract.
+        unsafe {
+            sys::call6(
+                libc::SYS_accept4,
+                [
+                    fd as c_long,
+                    addr as c_long,
+                    len as c_long,
+                    flags as c_long,
+                    0,
+                    0,
+                ],
+            )
+        }
+    };
+    let r = match managed(fd) {
+        Some(slot) => transfer(fd, slot, Dir::Read, 0, false, &mut op),
+        None => op(0),
+    } as c_int;
+    forget_new(r);
+    r
+}
+
+/// # Safety
+///
+/// As `connect(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    // SAFETY: the caller's contract.
+    let mut op = move || unsafe {
+        sys::call3(
+            libc::SYS_connect,
+            fd as c_long,
+            addr as c_long,
+            len as c_long,
+        )
+    };
+    let Some(slot) = managed(fd) else {
+        return op() as c_int;
+    };
+    if op() >= 0 {
+        return 0;
+    }
+    match sys::errno() {
+        libc::EINPROGRESS => {
+            let mut writable = || {
+                let mut pfd = pollfd {
+                    fd,
+                    events: libc::POLLOUT,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd.
+                match unsafe { sys::poll(&mut pfd, 1, Some(Duration::ZERO)) } {
+                    0 => {
+                        sys::set_errno(libc::EAGAIN);
+                        -1
+                    }
+                    n => n,
+                }
+            };
+            let deadline = timeout_deadline(fd, Dir::Write);
+            match retry(fd, slot, Dir::Write, deadline, &mut writable) {
+                Ok(_) => {
+                    let mut err: c_int = 0;
+                    let mut err_len = std::mem::size_of::<c_int>() as socklen_t;
+                    // SAFETY: `err` and `err_len` are valid to write, `err_len` is its size.
+                    let r = unsafe {
+                        libc::getsockopt(
+                            fd,
+                            libc::SOL_SOCKET,
+                            libc::SO_ERROR,
+                            (&raw mut err).cast(),
+                            &mut err_len,
+                        )
+                    };
+                    if r != 0 {
+                        return -1;
+                    }
+                    if err != 0 {
+                        sys::set_errno(err);
+                        return -1;
+                    }
+                    0
+                }
+                // A blocking connect that times out reports that it is still in progress.
+                Err(libc::EAGAIN) => finish(Err(libc::EINPROGRESS)) as c_int,
+                Err(e) => finish(Err(e)) as c_int,
+            }
+        }
+        // A Unix socket whose listener's backlog is full.
+        libc::EAGAIN => {
+            let deadline = timeout_deadline(fd, Dir::Write);
+            finish(retry(fd, slot, Dir::Write, deadline, &mut op)) as c_int
+        }
+        _ => -1,
+    }
+}
+
+/// Which way a `poll` of one descriptor waits, if it waits one way only.
+fn poll_dir(events: i16) -> Option<Dir> {
+    let read = events & (libc::POLLIN | libc::POLLPRI | libc::POLLRDNORM | libc::POLLRDBAND) != 0;
+    let write = events & (libc::POLLOUT | libc::POLLWRNORM | libc::POLLWRBAND) != 0;
+    match (read, write) {
+        (true, false) => Some(Dir::Read),
+        (false, true) => Some(Dir::Write),
+        _ => None,
+    }
+}
+
+/// How often a coroutine's `poll` of several descriptors looks again.
+const POLL_SLICE: Duration = Duration::from_millis(1);
+
+/// # Safety
+///
+/// As `poll(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn poll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> c_int {
+    if timeout == 0 || !enabled() || !in_coroutine() {
+        // SAFETY: the caller's contract.
+        return unsafe { sys::poll(fds, nfds, sys::ms(timeout)) } as c_int;
+    }
+    let deadline = sys::ms(timeout).and_then(|t| Instant::now().checked_add(t));
+    if nfds == 0 {
+        // A sleep.
+        coroutine_sleep_until(deadline);
+        return 0;
+    }
+    // SAFETY: the caller's contract.
+    let now = unsafe { sys::poll(fds, nfds, Some(Duration::ZERO)) };
+    if now != 0 {
+        return now as c_int;
+    }
+    if nfds == 1 {
+        // SAFETY: the caller's contract: one valid pollfd.
+        let (fd, events) = unsafe { ((*fds).fd, (*fds).events) };
+        if let Some(dir) = poll_dir(events)
+            && let Some(slot) = managed(fd)
+        {
+            let mut ready = || {
+                // SAFETY: the caller's contract.
+                match unsafe { sys::poll(fds, 1, Some(Duration::ZERO)) } {
+                    0 => {
+                        sys::set_errno(libc::EAGAIN);
+                        -1
+                    }
+                    n => n,
+                }
+            };
+            if let Some(done) = coroutine_wait(fd, slot, dir, deadline, &mut ready) {
+                return match done {
+                    Ok(n) => n as c_int,
+                    // The timeout.
+                    Err(libc::EAGAIN) => 0,
+                    Err(e) => finish(Err(e)) as c_int,
+                };
+            }
+        }
+    }
+    // Several descriptors, or one the driver cannot wait for: look again every slice.
+    let _deferred = spindle_park::defer_cancel();
+    loop {
+        if spindle_park::cancel_requested() {
+            return finish(Err(libc::ECANCELED)) as c_int;
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return 0;
+        }
+        let slice = now + POLL_SLICE;
+        let _ = spindle_park::park_until(deadline.map_or(slice, |d| d.min(slice)));
+        // SAFETY: the caller's contract.
+        let n = unsafe { sys::poll(fds, nfds, Some(Duration::ZERO)) };
+        if n != 0 {
+            return n as c_int;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Bookkeeping.
+
+/// A descriptor number just made (by a call the hook sees): whatever the table held for it
+/// belonged to a predecessor closed behind the hook's back.
+#[inline]
+fn forget_new(fd: c_int) {
+    if fd >= 0
+        && let Some(slot) = slot(fd)
+    {
+        slot.reset(UNKNOWN);
+    }
+}
+
+/// `new` is a duplicate of `old` (the same open file description): it shares its mode.
+fn copy_state(old: c_int, new: c_int) {
+    let Some(new_slot) = slot(new) else { return };
+    let state = match slot(old).map(Slot::state) {
+        Some(s @ (MANAGED | USER_NONBLOCKING | PASS)) => s,
+        _ => UNKNOWN,
+    };
+    new_slot.reset(state);
+}
+
+/// # Safety
+///
+/// As `close(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    // Before the descriptor goes: its registrations are removed while the number is still
+    // this descriptor's.
+    forget_new(fd);
+    // SAFETY: the caller's contract.
+    unsafe { sys::call3(libc::SYS_close, fd as c_long, 0, 0) as c_int }
+}
+
+/// # Safety
+///
+/// As `dup(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    let r = unsafe { sys::call3(libc::SYS_dup, fd as c_long, 0, 0) } as c_int;
+    if r >= 0 {
+        copy_state(fd, r);
+    }
+    r
+}
+
+/// # Safety
+///
+/// As `dup2(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    if old == new {
+        // dup3 refuses this; dup2 checks `old` and returns it.
+        // SAFETY: F_GETFL takes no argument.
+        if unsafe { sys::call3(libc::SYS_fcntl, old as c_long, libc::F_GETFL as c_long, 0) } < 0 {
+            return -1;
+        }
+        return new;
+    }
+    // SAFETY: the caller's contract.
+    unsafe { dup3(old, new, 0) }
+}
+
+/// # Safety
+///
+/// As `dup3(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    if old != new {
+        // `new` is closed by the call, if open.
+        forget_new(new);
+    }
+    // SAFETY: the caller's contract.
+    let r = unsafe {
+        sys::call3(
+            libc::SYS_dup3,
+            old as c_long,
+            new as c_long,
+            flags as c_long,
+        )
+    } as c_int;
+    if r >= 0 {
+        copy_state(old, r);
+    }
+    r
+}
+
+/// # Safety
+///
+/// As `socket(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
+    // SAFETY: plain system call.
+    let r = unsafe {
+        sys::call3(
+            libc::SYS_socket,
+            domain as c_long,
+            ty as c_long,
+            protocol as c_long,
+        )
+    } as c_int;
+    forget_new(r);
+    r
+}
+
+/// # Safety
+///
+/// As `socketpair(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn socketpair(
+    domain: c_int,
+    ty: c_int,
+    protocol: c_int,
+    sv: *mut c_int,
+) -> c_int {
+    // SAFETY: the caller's contract: `sv` is valid for two ints.
+    let r = unsafe {
+        sys::call6(
+            libc::SYS_socketpair,
+            [
+                domain as c_long,
+                ty as c_long,
+                protocol as c_long,
+                sv as c_long,
+                0,
+                0,
+            ],
+        )
+    } as c_int;
+    if r == 0 {
+        // SAFETY: the call filled both.
+        unsafe {
+            forget_new(*sv);
+            forget_new(*sv.add(1));
+        }
+    }
+    r
+}
+
+/// # Safety
+///
+/// As `pipe(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pipe(fds: *mut c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { pipe2(fds, 0) }
+}
+
+/// # Safety
+///
+/// As `pipe2(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pipe2(fds: *mut c_int, flags: c_int) -> c_int {
+    // SAFETY: the caller's contract: `fds` is valid for two ints.
+    let r = unsafe { sys::call3(libc::SYS_pipe2, fds as c_long, flags as c_long, 0) } as c_int;
+    if r == 0 {
+        // SAFETY: the call filled both.
+        unsafe {
+            forget_new(*fds);
+            forget_new(*fds.add(1));
+        }
+    }
+    r
+}
+
+/// The C library's `fcntl`, variadic: its one optional argument arrives in the register a
+/// third named argument would (the x86_64 and aarch64 Linux calling conventions pass variadic
+/// integer and pointer arguments as named ones), whatever its type.
+///
+/// # Safety
+///
+/// As `fcntl(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { fcntl_impl(fd, cmd, arg) }
+}
+
+/// The same as [`fcntl`] (glibc's name for it with 64-bit offsets).
+///
+/// # Safety
+///
+/// As `fcntl(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { fcntl_impl(fd, cmd, arg) }
+}
+
+/// # Safety
+///
+/// As `fcntl(2)`.
+unsafe fn fcntl_impl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    let real = |arg: c_ulong| {
+        // SAFETY: the caller's contract for `cmd` and `arg` (or, from the cases below, an
+        // argument of the kind `cmd` takes).
+        let r = unsafe { sys::call3(libc::SYS_fcntl, fd as c_long, cmd as c_long, arg as c_long) };
+        r as c_int
+    };
+    match cmd {
+        libc::F_GETFL => {
+            let r = real(arg);
+            if r >= 0 && slot(fd).is_some_and(|s| s.state() == MANAGED) {
+                // The application asked for blocking mode: it sees blocking mode.
+                r & !libc::O_NONBLOCK
+            } else {
+                r
+            }
+        }
+        libc::F_SETFL => {
+            let Some(slot) = slot(fd) else {
+                return real(arg);
+            };
+            let wants_nonblocking = arg as c_int & libc::O_NONBLOCK != 0;
+            match slot.state() {
+                MANAGED if !wants_nonblocking => real(arg | libc::O_NONBLOCK as c_ulong),
+                MANAGED if wants_nonblocking => {
+                    let r = real(arg);
+                    if r >= 0 {
+                        slot.set_state(USER_NONBLOCKING);
+                    }
+                    r
+                }
+                USER_NONBLOCKING if !wants_nonblocking => {
+                    let r = real(arg);
+                    if r >= 0 {
+                        // Looked at again by the next coroutine that uses it.
+                        slot.set_state(UNKNOWN);
+                    }
+                    r
+                }
+                _ => real(arg),
+            }
+        }
+        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
+            let r = real(arg);
+            if r >= 0 {
+                copy_state(fd, r);
+            }
+            r
+        }
+        libc::F_GETOWN => {
+            // glibc answers F_GETOWN through F_GETOWN_EX, so that a process group whose
+            // number looks like an error is reported (negated) all the same.
+            let mut owner = FOwnerEx { kind: 0, pid: 0 };
+            // SAFETY: `owner` is a valid f_owner_ex to write.
+            let r = unsafe {
+                sys::call3(
+                    libc::SYS_fcntl,
+                    fd as c_long,
+                    F_GETOWN_EX as c_long,
+                    (&raw mut owner) as c_long,
+                )
+            };
+            if r < 0 {
+                return -1;
+            }
+            if owner.kind == F_OWNER_PGRP {
+                -owner.pid
+            } else {
+                owner.pid
+            }
+        }
+        _ => real(arg),
+    }
+}
+
+/// The C library's `ioctl`, variadic as [`fcntl`] is. `FIONBIO` is the application saying
+/// whether it wants non-blocking mode (std's `set_nonblocking` uses it).
+///
+/// # Safety
+///
+/// As `ioctl(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: c_ulong) -> c_int {
+    let real = |arg: c_ulong| {
+        // SAFETY: the caller's contract for `request` and `arg` (or, from the cases below, a
+        // pointer to an int for FIONBIO).
+        let r = unsafe {
+            sys::call3(
+                libc::SYS_ioctl,
+                fd as c_long,
+                request as c_long,
+                arg as c_long,
+            )
+        };
+        r as c_int
+    };
+    if request != libc::FIONBIO as c_ulong || arg == 0 {
+        return real(arg);
+    }
+    let Some(slot) = slot(fd) else {
+        return real(arg);
+    };
+    // SAFETY: the caller's contract: FIONBIO's argument points at an int.
+    let wants_nonblocking = unsafe { *(arg as *const c_int) } != 0;
+    match slot.state() {
+        MANAGED if !wants_nonblocking => {
+            // Stays non-blocking underneath; the call still checks the descriptor.
+            let one: c_int = 1;
+            real((&raw const one) as c_ulong)
+        }
+        MANAGED if wants_nonblocking => {
+            let r = real(arg);
+            if r >= 0 {
+                slot.set_state(USER_NONBLOCKING);
+            }
+            r
+        }
+        USER_NONBLOCKING if !wants_nonblocking => {
+            let r = real(arg);
+            if r >= 0 {
+                slot.set_state(UNKNOWN);
+            }
+            r
+        }
+        _ => real(arg),
+    }
+}

@@ -1,0 +1,270 @@
+//! Run unmodified blocking code in Spindle coroutines: opt-in interposition of the blocking
+//! libc calls (Linux with glibc).
+//!
+//! Code written against `spindle_io`'s types suspends only the calling coroutine. Code that
+//! calls the C library directly — `std::net`, `std::thread::sleep`, any third-party crate built
+//! on them — blocks the worker thread, and with it every coroutine pinned to that worker. With
+//! this crate's `interpose` feature and one call of [`enable`], those calls suspend only the
+//! coroutine that made them:
+//!
+//! ```no_run
+//! use std::io::Read;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! spindle_hook::enable()?; // once, early in `main`
+//! let rt = spindle_rt::Runtime::new()?;
+//! rt.block_on(|| {
+//!     // Both suspend only this coroutine; the worker runs the others meanwhile.
+//!     std::thread::sleep(std::time::Duration::from_millis(10));
+//!     let mut s = std::net::TcpStream::connect("127.0.0.1:8080")?;
+//!     let mut buf = [0; 64];
+//!     s.read(&mut buf)
+//! })?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # How it works
+//!
+//! With the `interpose` feature, this crate defines C functions named as the libc calls
+//! (`read`, `write`, `recv`, `nanosleep`, ...). An executable that links the crate resolves
+//! those names to these definitions before the C library's (symbol interposition at static
+//! link time): std, the `libc` crate and every Rust or C object linked into the executable call
+//! them. Each one:
+//!
+//! * **passes straight through** — one relaxed atomic load, then the system call instruction
+//!   itself (never the C library's symbol, which would be this one) — before
+//!   [`enable`], and afterwards wherever it cannot suspend a coroutine: on a plain thread, on a
+//!   runtime's worker outside its coroutines (the runtime's own drivers, the blocking pool), in
+//!   a forked child, on a descriptor the hook does not manage;
+//! * **suspends the calling coroutine** inside a runtime coroutine (`spindle_park::in_task`):
+//!   sleeps park until the deadline; a call on a socket or pipe that would block waits for the
+//!   descriptor's readiness on the worker's IO driver (an epoll registration, an io_uring poll
+//!   operation, or the blocking pool in a runtime without a driver), then runs again.
+//!
+//! The first time a coroutine makes a call on a descriptor, the hook looks at it (`fstat`,
+//! `fcntl(F_GETFL)`): a socket or FIFO in blocking mode is *managed* from then on — put in
+//! non-blocking mode underneath, with the application's wish (blocking) kept in a table of one
+//! word per descriptor; everything else is left alone and passes through for good (regular
+//! files, terminals, descriptors 0–2, a socket already in non-blocking mode — which includes
+//! every `spindle_io` source, so the runtime's own IO never comes back through the hook). A
+//! managed descriptor keeps behaving as a blocking one for everybody: a call that finds it not
+//! ready waits in the coroutine, or, on a plain thread, in `poll(2)`, and `fcntl(F_GETFL)`
+//! does not show the `O_NONBLOCK` the hook added. The table follows the descriptor's life
+//! through the interposed `close`, `dup`, `dup2`, `dup3`, `fcntl(F_DUPFD*)`, `socket`,
+//! `socketpair`, `pipe`, `pipe2`, `accept` and `accept4`.
+//!
+//! # What is covered
+//!
+//! * Sleeps: `sleep`, `usleep`, `nanosleep`, `clock_nanosleep` (relative, and `TIMER_ABSTIME`
+//!   on `CLOCK_MONOTONIC`, `CLOCK_BOOTTIME` and `CLOCK_REALTIME`; an absolute real-time
+//!   deadline is turned into a duration when the call starts, so a clock change during the
+//!   sleep does not move it). Invalid arguments fail as the real call fails.
+//! * Sockets and pipes: `read`, `readv`, `recv`, `recvfrom`, `recvmsg`, `write`, `writev`,
+//!   `send`, `sendto`, `sendmsg`, `accept`, `accept4`, `connect`, `poll`. Return values and
+//!   `errno` are the blocking call's: a write of a contiguous buffer on a stream (`write`,
+//!   `send`, `sendto`) completes or fails as a blocking one does (a partial count only on a
+//!   timeout or an error after some bytes), `recv`/`recvfrom` with `MSG_WAITALL` fill the
+//!   buffer, `connect` waits and reports `SO_ERROR`. `SO_RCVTIMEO`/`SO_SNDTIMEO` (read at call
+//!   time) end a wait with `EAGAIN` as Linux does (`EINPROGRESS` for `connect`). A call that
+//!   asks not to wait (`MSG_DONTWAIT`), and every call on a descriptor the application made
+//!   non-blocking (`fcntl(F_SETFL, O_NONBLOCK)`, `ioctl(FIONBIO)`, `SOCK_NONBLOCK`), passes
+//!   through and returns `EAGAIN`.
+//! * `poll` in a coroutine: one descriptor waiting in one direction waits on the driver; other
+//!   sets are polled again every millisecond while the coroutine sleeps in between; an empty
+//!   set with a timeout is a sleep.
+//! * Cancellation: a hooked call never unwinds (it returns through a C ABI). A cancelled
+//!   coroutine's sleep ends at once as if its time had passed, and a socket call fails with
+//!   `ECANCELED`; the cancellation itself is carried out at the next cancellation point of the
+//!   coroutine outside the hook.
+//!
+//! # What is not covered
+//!
+//! * **Other platforms.** macOS, FreeBSD, Windows, musl, 32-bit and other architectures (whose
+//!   system call tables and variadic calling conventions differ): no interposition. The crate compiles
+//!   there, [`is_supported`] is `false` and [`enable`] returns an error that says so. A
+//!   statically linked musl executable could not be served the same way in any case: its C
+//!   library calls itself internally, and nothing else goes through the symbols.
+//! * **Calls that do not go through the executable's symbols**: calls a shared library makes
+//!   into the C library (its references bind through its own PLT to whatever the dynamic
+//!   linker finds first, which is the executable's symbol only if it is exported — Rust
+//!   executables do not export them), the C library's internal calls (`fread`, `getaddrinfo`,
+//!   ...), raw `syscall(2)`, io_uring, and `vDSO` calls.
+//! * **What cannot be polled.** Regular files, directories and terminals pass through and
+//!   block the worker, as do `open`, `getaddrinfo` (std's `ToSocketAddrs` for host names) and
+//!   `fsync`; offloading them to the blocking pool is a later step. So do futexes (std's
+//!   `Mutex`, `Condvar`, channels: use `spindle_sync`), `ppoll`, `select`, `epoll_wait`, and
+//!   CPU loops. Anonymous-inode descriptors (`eventfd`, `timerfd`, `signalfd`) are left alone.
+//! * **Shared file descriptions.** `O_NONBLOCK` belongs to the open file description, not the
+//!   descriptor: a managed socket passed to another process (inherited without
+//!   `FD_CLOEXEC`, sent over a Unix socket) is non-blocking there too. std opens everything
+//!   close-on-exec; descriptors 0–2 are never managed.
+//! * **Descriptors closed behind the hook's back** (the raw system call, io_uring's close,
+//!   `close_range`) keep their entry until the number is reused by one of the interposed
+//!   calls that make descriptors; a number reused by another call (`open`, `eventfd`, ...)
+//!   may briefly be taken for its predecessor. A coroutine parked on a descriptor that is
+//!   closed under it stays parked until its timeout, as a thread blocked in `read` on Linux
+//!   does.
+//! * **Signal handlers.** The pass-through path takes no lock and allocates nothing, so a
+//!   handler may call `write` and friends. A handler that interrupts a coroutine and calls a
+//!   sleep, or a blocking call on a managed descriptor, would park the coroutine inside the
+//!   handler: keep handlers to non-blocking calls, as POSIX advises. `close` of a managed
+//!   descriptor that a coroutine has waited on releases that wait's registration (a lock and
+//!   possibly a free): not for a handler.
+//! * **Sanitizers and other interposers.** ASan, TSan and `LD_PRELOAD` libraries that intercept
+//!   the same calls are bypassed (the pass-through is the system call).
+//! * **Vectored writes.** `writev` and `sendmsg` on a stream may return a partial count
+//!   where the blocking call would have waited to send everything (std's
+//!   `write_all_vectored` carries on; C code that counts on whole vectored writes to a
+//!   blocking socket would not).
+//! * **`EINTR`.** A signal that interrupts a wait in a coroutine does not end the call (the
+//!   coroutine was not in the kernel); outside coroutines the system call's `EINTR` is
+//!   returned as is. Hooked calls are not `pthread_cancel` cancellation points.
+//!
+//! # Soundness
+//!
+//! The interposed functions are `unsafe extern "C"` and trust their callers as the C library
+//! does (pointers valid for the lengths given). They never unwind (a panic would abort at the
+//! C boundary, so the code on the path does not panic), never lend the caller's buffers across
+//! a suspension (each attempt is a plain non-blocking system call while the coroutine runs, so
+//! coroutines on copying stacks are fine), and keep the caller's `errno` contract: it is set
+//! last, right before `-1` is returned. Global state is one pointer to the descriptor table,
+//! allocated by [`enable`] and never freed, and two flags; every entry is one atomic word
+//! (state bits, a lock bit, and the descriptor's shared waiting machinery as a reference-counted
+//! pointer).
+#![deny(missing_docs)]
+
+use std::fmt;
+
+#[cfg(all(
+    feature = "interpose",
+    target_os = "linux",
+    target_env = "gnu",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+mod imp;
+
+/// Whether interposition works in this build: the `interpose` feature is on and the target is
+/// Linux with glibc on x86_64 or aarch64. When `false`, this crate defines no symbols and [`enable`] fails.
+pub const fn is_supported() -> bool {
+    cfg!(all(
+        feature = "interpose",
+        target_os = "linux",
+        target_env = "gnu",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    ))
+}
+
+/// Whether [`enable`] has run successfully in this process.
+pub fn is_enabled() -> bool {
+    #[cfg(all(
+        feature = "interpose",
+        target_os = "linux",
+        target_env = "gnu",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    ))]
+    {
+        imp::is_enabled()
+    }
+    #[cfg(not(all(
+        feature = "interpose",
+        target_os = "linux",
+        target_env = "gnu",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    )))]
+    {
+        false
+    }
+}
+
+/// Turns interposition on for the whole process: from now on, the hooked calls made inside a
+/// runtime coroutine suspend only that coroutine (see the [crate docs](crate)). Before this
+/// call every hooked call passes straight through. Idempotent; there is no way back (sockets
+/// the hook manages must stay managed). Call it early in `main`, before the runtime starts.
+///
+/// It allocates the descriptor table: one word per descriptor number below the process's hard
+/// `RLIMIT_NOFILE` (at most 2^20 of them; pages are touched only as descriptors are used).
+/// Descriptors above it always pass through.
+///
+/// # Errors
+///
+/// [`EnableError::NotCompiled`] without the `interpose` feature, [`EnableError::Unsupported`]
+/// on a platform other than Linux with glibc, [`EnableError::OutOfMemory`] if the table cannot
+/// be allocated. Interposition stays off in each case; blocking calls keep blocking the worker.
+pub fn enable() -> Result<(), EnableError> {
+    #[cfg(all(
+        feature = "interpose",
+        target_os = "linux",
+        target_env = "gnu",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    ))]
+    {
+        imp::enable()
+    }
+    #[cfg(all(
+        not(feature = "interpose"),
+        target_os = "linux",
+        target_env = "gnu",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    ))]
+    {
+        Err(EnableError::NotCompiled)
+    }
+    #[cfg(not(all(
+        target_os = "linux",
+        target_env = "gnu",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    )))]
+    {
+        Err(EnableError::Unsupported)
+    }
+}
+
+/// Why [`enable`] could not turn interposition on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EnableError {
+    /// The crate was built without its `interpose` feature, so no call is interposed.
+    NotCompiled,
+    /// The platform is not Linux with glibc on x86_64 or aarch64.
+    Unsupported,
+    /// The descriptor table could not be allocated.
+    OutOfMemory,
+}
+
+impl fmt::Display for EnableError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EnableError::NotCompiled => f.write_str(
+                "spindle-hook was built without its `interpose` feature: no libc call is \
+                 interposed (enable the feature on the spindle-hook dependency)",
+            ),
+            EnableError::Unsupported => f.write_str(
+                "spindle-hook interposes libc calls only on Linux with glibc: blocking calls \
+                 keep blocking the worker thread here (use spindle_io's types instead)",
+            ),
+            EnableError::OutOfMemory => f.write_str(
+                "spindle-hook could not allocate its descriptor table (one word per possible \
+                 descriptor): lower RLIMIT_NOFILE's hard limit or free memory",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for EnableError {}
+
+#[cfg(all(test, not(feature = "interpose")))]
+mod tests {
+    /// Without the feature nothing is interposed, and `enable` says why.
+    #[test]
+    fn without_the_feature_enable_says_it_is_not_compiled_in() {
+        assert!(!super::is_supported());
+        let e = super::enable().unwrap_err();
+        assert!(matches!(
+            e,
+            super::EnableError::NotCompiled | super::EnableError::Unsupported
+        ));
+        assert!(e.to_string().contains("spindle-hook"));
+        assert!(!super::is_enabled());
+    }
+}
