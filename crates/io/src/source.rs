@@ -161,10 +161,6 @@ impl Evented {
         ev
     }
 
-    pub(crate) fn fd(&self) -> RawSource {
-        self.fd
-    }
-
     #[allow(clippy::vec_box)] // see `regs`
     fn regs(&self) -> MutexGuard<'_, Vec<Box<Registration>>> {
         // Nothing is left half-done under this lock by a panic (a push or a read).
