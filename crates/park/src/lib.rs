@@ -467,7 +467,7 @@ fn drive<F: Future + ?Sized>(mut future: Pin<&mut F>) -> F::Output {
         woken: AtomicBool::new(true),
         task,
     });
-    let waker = own_waker(woken.clone(), &DRIVE_WAKER_VTABLE);
+    let waker = own_waker(woken.clone());
     let mut cx = Context::from_waker(&waker);
     loop {
         // Acquire: what the waker's caller did before waking is visible to the poll.
@@ -921,7 +921,7 @@ fn late_parker() -> Arc<ThreadParker> {
 }
 
 fn thread_waker() -> Waker {
-    own_waker(thread_parker(), &THREAD_WAKER_VTABLE)
+    own_waker(thread_parker())
 }
 
 /// The waker vtables of this crate's own wakers: statics, so that [`wakes_without_blocking`]
@@ -930,48 +930,52 @@ fn thread_waker() -> Waker {
 static THREAD_WAKER_VTABLE: RawWakerVTable = vtable_of::<ThreadParker>();
 static DRIVE_WAKER_VTABLE: RawWakerVTable = vtable_of::<DriveWaker>();
 
+/// This crate's own waker types, each with its static vtable.
+trait OwnWaker: WakeTrait + Send + Sync + 'static {
+    fn vtable() -> &'static RawWakerVTable;
+}
+
+impl OwnWaker for ThreadParker {
+    fn vtable() -> &'static RawWakerVTable {
+        &THREAD_WAKER_VTABLE
+    }
+}
+
+impl OwnWaker for DriveWaker {
+    fn vtable() -> &'static RawWakerVTable {
+        &DRIVE_WAKER_VTABLE
+    }
+}
+
 /// The vtable of a waker made of an `Arc<T>`: as `Waker::from` does, with [`WakeTrait`].
-const fn vtable_of<T: WakeTrait + Send + Sync + 'static>() -> RawWakerVTable {
-    unsafe fn clone<T: WakeTrait + Send + Sync + 'static>(data: *const ()) -> RawWaker {
+const fn vtable_of<T: OwnWaker>() -> RawWakerVTable {
+    unsafe fn clone<T: OwnWaker>(data: *const ()) -> RawWaker {
         // SAFETY: `data` is an `Arc<T>`'s pointer, whose count the waker holds one of.
         unsafe { Arc::increment_strong_count(data.cast::<T>()) };
-        RawWaker::new(data, vtable_ref::<T>())
+        RawWaker::new(data, T::vtable())
     }
-    unsafe fn wake<T: WakeTrait + Send + Sync + 'static>(data: *const ()) {
+    unsafe fn wake<T: OwnWaker>(data: *const ()) {
         // SAFETY: as above; `wake` consumes the waker's count.
         WakeTrait::wake(unsafe { Arc::from_raw(data.cast::<T>()) });
     }
-    unsafe fn wake_by_ref<T: WakeTrait + Send + Sync + 'static>(data: *const ()) {
+    unsafe fn wake_by_ref<T: OwnWaker>(data: *const ()) {
         // SAFETY: as above; the count stays the waker's (`ManuallyDrop`).
         let arc = std::mem::ManuallyDrop::new(unsafe { Arc::from_raw(data.cast::<T>()) });
         WakeTrait::wake_by_ref(&*arc);
     }
-    unsafe fn drop<T: WakeTrait + Send + Sync + 'static>(data: *const ()) {
+    unsafe fn drop<T: OwnWaker>(data: *const ()) {
         // SAFETY: as above; dropping the waker gives back its count.
         unsafe { Arc::decrement_strong_count(data.cast::<T>()) };
     }
     RawWakerVTable::new(clone::<T>, wake::<T>, wake_by_ref::<T>, drop::<T>)
 }
 
-/// The static vtable of `T`'s wakers (one of the two above).
-fn vtable_ref<T: 'static>() -> &'static RawWakerVTable {
-    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<ThreadParker>() {
-        &THREAD_WAKER_VTABLE
-    } else {
-        &DRIVE_WAKER_VTABLE
-    }
-}
-
-/// A waker made of `arc` with `vtable` (one of this crate's statics, made for `T`).
-fn own_waker<T: WakeTrait + Send + Sync + 'static>(
-    arc: Arc<T>,
-    vtable: &'static RawWakerVTable,
-) -> Waker {
-    debug_assert!(std::ptr::eq(vtable, vtable_ref::<T>()));
+/// A waker made of `arc`, with `T`'s static vtable.
+fn own_waker<T: OwnWaker>(arc: Arc<T>) -> Waker {
     let data = Arc::into_raw(arc).cast::<()>();
-    // SAFETY: `vtable` is `vtable_of::<T>()` and `data` an `Arc<T>`'s pointer with one count
-    // handed to the waker, as that vtable's functions expect; `T` is `Send + Sync`.
-    unsafe { Waker::from_raw(RawWaker::new(data, vtable)) }
+    // SAFETY: `T::vtable()` is `vtable_of::<T>()`, whose functions take `data` as an `Arc<T>`'s
+    // pointer with one count handed to the waker; `T` is `Send + Sync`.
+    unsafe { Waker::from_raw(RawWaker::new(data, T::vtable())) }
 }
 
 /// Whether `waker` is one of this crate's own, whose wake-up never blocks and runs no user
