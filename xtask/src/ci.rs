@@ -158,7 +158,11 @@ pub fn legs() -> Vec<Leg> {
                 "warnings",
             ],
         ),
-        Leg::cargo("test", "tests, whole workspace", &["test", "--workspace"]),
+        Leg::cargo(
+            "test",
+            "tests, whole workspace",
+            &["test", "--workspace", "--no-fail-fast"],
+        ),
         Leg::custom(
             "doc",
             "rustdoc, warnings denied (broken links, missing docs)",

@@ -152,8 +152,8 @@ impl Placement for Boxed {
 /// then: drop it before the thread ends if its destructors must run. A coroutine that never
 /// started is dropped as usual (its closure holds no borrow).
 ///
-/// On Linux with glibc this holds for every thread-local; on other targets, for those first
-/// used before the thread's first resume (see the crate docs).
+/// On Linux with glibc and on Windows this holds for every thread-local; on other targets, for
+/// those first used before the thread's first resume (see the crate docs).
 pub struct Coroutine<Input, Yield, Return, S: Stack = DefaultStack> {
     /// Dropped by hand: after the coroutine's frames are gone, or never if they cannot be
     /// unwound (then it leaks, like `mem::forget`).

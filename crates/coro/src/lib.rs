@@ -53,8 +53,9 @@
 //!   ([`ResumeErrorKind::ThreadExiting`]) and a started coroutine that is dropped is leaked, not
 //!   unwound — its frames may hold references into thread-locals already destroyed. On Linux
 //!   with glibc (dynamically linked) this crate defines `__cxa_thread_atexit_impl`, forwarding
-//!   to glibc's, to see the first thread-local destructor start; elsewhere it sees the exit of
-//!   the thread-locals first used before the thread's first resume. See
+//!   to glibc's, to see the first thread-local destructor start; on Windows a TLS callback
+//!   ordered before std's does the same; elsewhere it sees the exit of the thread-locals first
+//!   used before the thread's first resume. See
 //!   [`Coroutine`](Coroutine#thread-exit).
 //! * **Nesting.** A coroutine can create and resume others; each runs on its own stack, so no
 //!   chain of resumes grows any stack but the coroutines' own.

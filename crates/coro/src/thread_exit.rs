@@ -20,7 +20,15 @@
 //!   first-out, so each destructor's mark runs immediately before it, and the flag is set before
 //!   the first thread-local destructor of the thread runs, whatever the order of registration.
 //!   glibc's own implementation is reached with `dlsym(RTLD_NEXT, …)`.
-//! * Elsewhere (other C libraries, static glibc, macOS, Windows), a thread-local of this crate
+//! * On Windows, std runs every thread-local destructor from one TLS callback, in the
+//!   `.CRT$XLB` section of the executable's callback array; the loader calls the callbacks in
+//!   the order of their sections' names. This crate places a callback in `.CRT$XLAS`, sorted
+//!   before std's, which sets the flag when the thread (or, for the main thread, the process)
+//!   detaches. So the flag is set before any thread-local destructor runs, as on glibc. The
+//!   flag is a raw TLS slot there (`TlsAlloc`), not a `thread_local!`: where std keeps
+//!   thread-locals in OS-keyed slots (windows-gnu), a destroyed one reads as new again, so a
+//!   flag kept in one could read "not exiting" after its own destruction.
+//! * Elsewhere (other C libraries, static glibc, macOS), a thread-local of this crate
 //!   whose destructor sets the flag is first used at the thread's first resume. That covers the
 //!   thread-locals first used before it, not those first used later: there a reference into a
 //!   thread-local held across a suspension while the thread exits stays the caller's
@@ -30,8 +38,10 @@
 //! (complete for drops, but a resume cannot pay for it), and refusing only coroutines whose
 //! stacks hold such a reference (not knowable).
 
+#[cfg(not(windows))]
 use std::cell::Cell;
 
+#[cfg(not(windows))]
 thread_local! {
     /// Set once this thread has begun destroying its thread-locals. No destructor: readable at
     /// any point of the thread's exit.
@@ -39,10 +49,20 @@ thread_local! {
 }
 
 /// Whether this thread has begun destroying its thread-locals (see the module docs).
+#[cfg(not(windows))]
 #[inline]
 pub(crate) fn thread_is_exiting() -> bool {
     EXITING.with(Cell::get)
 }
+
+/// Marks this thread as exiting (from a destructor).
+#[cfg(not(windows))]
+fn set_exiting() {
+    EXITING.with(|e| e.set(true));
+}
+
+#[cfg(windows)]
+pub(crate) use tls_callback::thread_is_exiting;
 
 /// Keeps this crate's `__cxa_thread_atexit_impl` in the executable: a `#[no_mangle]` function
 /// of an rlib is linked only if its object file is pulled in for another symbol, and std's
@@ -63,20 +83,28 @@ pub(crate) fn keep_linked() {
 /// is marked (glibc); elsewhere the first call on a thread registers the sentinel.
 #[inline]
 pub(crate) fn watch_thread_exit() {
-    #[cfg(not(all(
+    #[cfg(not(any(
+        all(
+            target_os = "linux",
+            target_env = "gnu",
+            not(target_feature = "crt-static"),
+            not(miri)
+        ),
+        windows
+    )))]
+    sentinel::watch();
+    #[cfg(windows)]
+    tls_callback::watch();
+}
+
+#[cfg(not(any(
+    all(
         target_os = "linux",
         target_env = "gnu",
         not(target_feature = "crt-static"),
         not(miri)
-    )))]
-    sentinel::watch();
-}
-
-#[cfg(not(all(
-    target_os = "linux",
-    target_env = "gnu",
-    not(target_feature = "crt-static"),
-    not(miri)
+    ),
+    windows
 )))]
 mod sentinel {
     use std::cell::Cell;
@@ -86,7 +114,7 @@ mod sentinel {
 
     impl Drop for Sentinel {
         fn drop(&mut self) {
-            super::EXITING.with(|e| e.set(true));
+            super::set_exiting();
         }
     }
 
@@ -137,7 +165,7 @@ mod marks {
 
     /// Runs right before the thread-local destructor registered just before it.
     unsafe extern "C" fn mark(_: *mut c_void) {
-        super::EXITING.with(|e| e.set(true));
+        super::set_exiting();
     }
 
     /// The definition that std (and C++ runtimes linked into this executable) call to register
@@ -167,5 +195,86 @@ mod marks {
             let _ = unsafe { real(mark, std::ptr::null_mut(), dso) };
         }
         registered
+    }
+}
+
+#[cfg(windows)]
+mod tls_callback {
+    use std::ffi::c_void;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use windows_sys::Win32::System::Threading::{
+        TLS_OUT_OF_INDEXES, TlsAlloc, TlsGetValue, TlsSetValue,
+    };
+
+    /// `DLL_PROCESS_DETACH` and `DLL_THREAD_DETACH` (winnt.h).
+    const DLL_PROCESS_DETACH: u32 = 0;
+    const DLL_THREAD_DETACH: u32 = 3;
+
+    /// The flag's TLS slot, allocated at the first resume in the process
+    /// (`TLS_OUT_OF_INDEXES`: not yet, or the process has none left — then no thread is ever
+    /// seen exiting, as on targets without a hook).
+    static SLOT: AtomicU32 = AtomicU32::new(TLS_OUT_OF_INDEXES);
+
+    /// The loader calls the entries of the `.CRT$XL*` sections in the order of the sections'
+    /// names; std's destructor runner is in `.CRT$XLB` (and `.CRT$XLA` is the array's start
+    /// marker), so this entry runs before it.
+    #[used]
+    #[unsafe(link_section = ".CRT$XLAS")]
+    static ON_TLS_EVENT: unsafe extern "system" fn(*mut c_void, u32, *mut c_void) = on_tls_event;
+
+    /// A TLS callback (`PIMAGE_TLS_CALLBACK`): marks the thread as exiting when it detaches.
+    unsafe extern "system" fn on_tls_event(_module: *mut c_void, reason: u32, _: *mut c_void) {
+        if reason == DLL_THREAD_DETACH || reason == DLL_PROCESS_DETACH {
+            let slot = SLOT.load(Ordering::Acquire);
+            if slot != TLS_OUT_OF_INDEXES {
+                // SAFETY: a slot this process allocated and never frees; any non-null value
+                // means "exiting".
+                unsafe { TlsSetValue(slot, std::ptr::without_provenance_mut(1)) };
+            }
+        }
+    }
+
+    /// Allocates the slot at the first resume in the process, and keeps the callback linked
+    /// (nothing else refers to it, and an rlib's object is linked only if referred to).
+    #[inline]
+    pub(super) fn watch() {
+        if SLOT.load(Ordering::Relaxed) == TLS_OUT_OF_INDEXES {
+            allocate();
+        }
+    }
+
+    #[cold]
+    fn allocate() {
+        std::hint::black_box(&ON_TLS_EVENT);
+        // SAFETY: no arguments; the slot is never freed (a process-lifetime flag).
+        let slot = unsafe { TlsAlloc() };
+        if slot == TLS_OUT_OF_INDEXES {
+            // No slot left in the process: thread exit goes unseen here, as on targets
+            // without a hook (the documented fallback).
+            return;
+        }
+        if SLOT
+            .compare_exchange(
+                TLS_OUT_OF_INDEXES,
+                slot,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
+            // Another thread won the race: its slot serves every thread.
+            // SAFETY: the slot was just allocated by this call and is used by no one.
+            unsafe { windows_sys::Win32::System::Threading::TlsFree(slot) };
+        }
+    }
+
+    /// Whether this thread has begun destroying its thread-locals (see the module docs).
+    #[inline]
+    pub(crate) fn thread_is_exiting() -> bool {
+        let slot = SLOT.load(Ordering::Relaxed);
+        // SAFETY: a slot allocated by this process and never freed; before allocation nothing
+        // is read.
+        slot != TLS_OUT_OF_INDEXES && !unsafe { TlsGetValue(slot) }.is_null()
     }
 }
