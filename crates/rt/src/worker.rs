@@ -582,8 +582,9 @@ impl WorkerCtx {
                 // SAFETY: `timer_fired` moved it out of idle: the idle state's reference is
                 // ours. (The entry's own reference is dropped below.)
                 let task = unsafe { entry.task.idle_reference() };
+                // In the order they were due: not through the run-next slot.
                 self.shared
-                    .schedule_from(Some(self.index), task, Reason::Woken);
+                    .schedule_from(Some(self.index), task, Reason::WokenByWorker);
             }
         }
     }

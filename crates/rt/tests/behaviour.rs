@@ -106,6 +106,40 @@ macro_rules! policy_suite {
                 assert_eq!(*order.lock().unwrap(), [10, 20, 30, 40, 50]);
             }
 
+            /// Timers that fall due while the worker is held up fire in one batch: the tasks
+            /// still run in the order of their deadlines (the batch does not go through the
+            /// run-next slot, which would run its last task first).
+            #[test]
+            fn sleepers_due_together_wake_in_deadline_order() {
+                let rt = rt(1);
+                let order = Arc::new(Mutex::new(Vec::new()));
+                let started = Arc::new(AtomicUsize::new(0));
+                rt.block_on(|| {
+                    let hs: Vec<_> = [30u64, 10, 20, 40]
+                        .into_iter()
+                        .map(|ms| {
+                            let order = order.clone();
+                            let started = started.clone();
+                            spindle_rt::spawn(move || {
+                                started.fetch_add(1, Ordering::SeqCst);
+                                spindle_rt::sleep(Duration::from_millis(ms));
+                                order.lock().unwrap().push(ms);
+                            })
+                        })
+                        .collect();
+                    // Let all four start their sleeps, then hold the only worker past every
+                    // deadline.
+                    while started.load(Ordering::SeqCst) < 4 {
+                        spindle_rt::yield_now();
+                    }
+                    std::thread::sleep(Duration::from_millis(60));
+                    for h in hs {
+                        h.join().unwrap();
+                    }
+                });
+                assert_eq!(*order.lock().unwrap(), [10, 20, 30, 40]);
+            }
+
             #[test]
             fn yield_now_lets_the_others_run() {
                 let rt = rt(1);

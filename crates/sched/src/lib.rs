@@ -208,6 +208,11 @@ pub enum Reason {
     Spawned,
     /// A task that was blocked became ready (its wake-up ran).
     Woken,
+    /// A task that was blocked became ready through its worker itself, between tasks — a
+    /// timer the worker fired — rather than through the task that runs. Such wake-ups come in
+    /// batches in the order they are due, so they queue in that order (no run-next slot,
+    /// which would run the last of the batch first).
+    WokenByWorker,
     /// A running task gave up the rest of its time slice.
     Yielded,
 }

@@ -163,7 +163,9 @@ impl<T: Task> Policy<T> for RoundRobin<T> {
         let target = match (home_of(&task, workers), reason) {
             (Some(h), _) => h,
             (None, Reason::Spawned) => self.deal(),
-            (None, Reason::Woken | Reason::Yielded) => here.unwrap_or_else(|| self.deal()),
+            (None, Reason::Woken | Reason::WokenByWorker | Reason::Yielded) => {
+                here.unwrap_or_else(|| self.deal())
+            }
         };
         let queue = &self.queues[target];
         // On the worker's own thread: its private queue (unless another thread holds it — a

@@ -36,7 +36,8 @@ pub const RUN_NEXT_GRACE: std::time::Duration = std::time::Duration::from_micros
 ///   `w` moves its inbox to the back of its pinned queue whenever it pops or pushes a pinned
 ///   task, so pinned tasks run in push order;
 /// * a one-slot **run-next**: a task woken or spawned on `w` (`Reason::Woken` or
-///   `Reason::Spawned`, `here == Some(w)`) that may run on `w` goes there, and the previous
+///   `Reason::Spawned`, `here == Some(w)`; not `Reason::WokenByWorker`, a batch of wake-ups
+///   that keeps its order in the queues) that may run on `w` goes there, and the previous
 ///   occupant is kicked to the back of the queues. Popping it returns `inherit_slice: true`:
 ///   the runtime keeps the current time slice running, so two tasks waking each other cannot
 ///   monopolise the worker, and a chain of cheap hand-offs gets a slice of time as a chain of
@@ -377,7 +378,7 @@ impl<T: Task> WorkStealing<T> {
                 self.workers[h].inbox.push(task);
                 Notify::Worker(h)
             }
-            _ if reason != Reason::Yielded => {
+            _ if matches!(reason, Reason::Spawned | Reason::Woken) => {
                 let kind = if home.is_some() { PINNED } else { STEALABLE };
                 let mut notify = if kind == STEALABLE {
                     Notify::Any

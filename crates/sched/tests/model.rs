@@ -142,7 +142,7 @@ proptest! {
                     let here = valid(here, n);
                     let target = match (reduce(home, n), reason, here) {
                         (Some(h), _, _) => h,
-                        (None, Reason::Woken | Reason::Yielded, Some(w)) => w,
+                        (None, Reason::Woken | Reason::WokenByWorker | Reason::Yielded, Some(w)) => w,
                         (None, _, _) => {
                             deal += 1;
                             (deal - 1) % n
@@ -265,10 +265,10 @@ impl WsModel {
         // A single worker treats every task as pinned to it (no thieves).
         let home = if n == 1 { Some(0) } else { job_home };
         let expected = match (home, here) {
-            (Some(h), Some(w)) if h == w && reason != Reason::Yielded => {
+            (Some(h), Some(w)) if h == w && to_run_next(reason) => {
                 self.put_in_run_next(w, id, home)
             }
-            (None, Some(w)) if reason != Reason::Yielded => self.put_in_run_next(w, id, home),
+            (None, Some(w)) if to_run_next(reason) => self.put_in_run_next(w, id, home),
             (Some(h), Some(w)) if h == w => {
                 self.enqueue(id, home, Origin::Pinned(h));
                 Notify::None
@@ -516,4 +516,9 @@ fn zero_workers_is_an_error() {
         WorkStealing::<Job>::new(0).unwrap_err(),
         SchedError::ZeroWorkers
     );
+}
+
+/// The reasons that put a task pushed by its own worker into the run-next slot.
+fn to_run_next(reason: Reason) -> bool {
+    matches!(reason, Reason::Spawned | Reason::Woken)
 }

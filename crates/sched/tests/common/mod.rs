@@ -23,6 +23,7 @@ pub fn reason() -> impl Strategy<Value = Reason> {
     prop_oneof![
         Just(Reason::Spawned),
         Just(Reason::Woken),
+        Just(Reason::WokenByWorker),
         Just(Reason::Yielded)
     ]
 }
