@@ -26,12 +26,101 @@ fn published() -> Vec<String> {
 
 /// The `package` leg.
 pub fn package() -> Result<(), String> {
+    let target = package_target_dir()?;
+    forget_stale_packages(&target)?;
     // `--allow-dirty`: the leg checks the working tree as it is, committed or not.
     proc::run(
         cargo()
+            .env("CARGO_TARGET_DIR", &target)
             .args(["package", "--allow-dirty", "--locked"])
             .args(published()),
     )
+}
+
+/// Where the `package` leg verifies the packaged crates (see [`forget_stale_packages`]).
+fn package_target_dir() -> Result<std::path::PathBuf, String> {
+    Ok(crate::ci::target_dir()?.join("package-verify"))
+}
+
+/// Removes cargo's unpacked and built copies of this workspace's own packages.
+///
+/// `cargo package --workspace` verifies each crate against the others through a local
+/// registry: it unpacks those `.crate` files under `$CARGO_HOME/registry/src/-<hash>/`, where
+/// the hash depends only on the workspace's path, and builds them in the target directory.
+/// Cargo treats a registry package of a given version as immutable, both unpacked and built,
+/// so a later run from the same path would verify against the code of an earlier one (an API
+/// added since then is "not found"). The leg therefore builds in a target directory of its own
+/// and removes from it, and from the unpacked local registries (named `-<hash>`), everything
+/// of this workspace's crates; third-party dependencies stay cached.
+fn forget_stale_packages(target: &std::path::Path) -> Result<(), String> {
+    let meta = proc::run_stdout(cargo().args(["metadata", "--format-version", "1", "--no-deps"]))?;
+    let meta: serde_json::Value =
+        serde_json::from_str(&meta).map_err(|e| format!("`cargo metadata` output: {e}"))?;
+    let packages: Vec<(String, String)> = meta["packages"]
+        .as_array()
+        .ok_or("`cargo metadata` gave no packages")?
+        .iter()
+        .filter_map(|p| {
+            Some((
+                p["name"].as_str()?.to_string(),
+                p["version"].as_str()?.to_string(),
+            ))
+        })
+        .filter(|(name, _)| !UNPUBLISHED.contains(&name.as_str()))
+        .collect();
+    let remove = |path: &std::path::Path| -> Result<(), String> {
+        let result = if path.is_dir() {
+            std::fs::remove_dir_all(path)
+        } else {
+            std::fs::remove_file(path)
+        };
+        result.map_err(|e| format!("cannot remove stale {}: {e}", path.display()))
+    };
+    // Built artifacts: `.fingerprint/<crate>-<hash>`, `deps/lib<crate_>-<hash>.*` and
+    // `deps/<crate_>-<hash>.d`.
+    for dir in ["debug/.fingerprint", "debug/deps", "debug/build"] {
+        let Ok(entries) = std::fs::read_dir(target.join(dir)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let file = entry.file_name().to_string_lossy().into_owned();
+            let ours = packages.iter().any(|(name, _)| {
+                let snake = name.replace('-', "_");
+                [
+                    format!("{name}-"),
+                    format!("{snake}-"),
+                    format!("lib{snake}-"),
+                ]
+                .iter()
+                .any(|prefix| file.starts_with(prefix.as_str()))
+            });
+            if ours {
+                remove(&entry.path())?;
+            }
+        }
+    }
+    let cargo_home = match std::env::var_os("CARGO_HOME") {
+        Some(home) => std::path::PathBuf::from(home),
+        None => match std::env::var_os("HOME") {
+            Some(home) => std::path::Path::new(&home).join(".cargo"),
+            None => return Ok(()),
+        },
+    };
+    let Ok(registries) = std::fs::read_dir(cargo_home.join("registry").join("src")) else {
+        return Ok(());
+    };
+    for registry in registries.flatten() {
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        for (name, version) in &packages {
+            let dir = registry.path().join(format!("{name}-{version}"));
+            if dir.is_dir() {
+                remove(&dir)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The workspace's `rust-version` (`[workspace.package]` in the root `Cargo.toml`).
