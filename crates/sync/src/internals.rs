@@ -120,7 +120,7 @@
 //!   all. That order is checked by loom: loom sees races on its cells, not a use of freed memory,
 //!   so the allocation carries an `Alive` marker that every use reads (with a load of an atomic
 //!   that the free stores: loom only tries another order of two threads where they touch the same
-//!   atomic, and without it never scheduled the receiver's free between the sender's locking
+//!   atomic, and without it would never schedule the receiver's free between the sender's locking
 //!   compare-and-swap and its unlocking store) and the free writes;
 //!   `oneshot_receiver_dropped_with_a_forgotten_registration_races_send` (which lets the send begin
 //!   before the drop) fails for a drop that frees at `TX_CLOSED` and for a send that clears its bit
