@@ -64,13 +64,12 @@
 //!   top-40 | &entry_trampoline        |  <- sp of the fresh context (top-48 with fp-env)
 //! ```
 //!
-//! The trampoline enters the entry function — with the `Transfer` and the link slot's address —
-//! as if called with `rsp = top - 16`, so the entry's frame is properly aligned and its return
-//! address points into the trampoline, whose CFI tells the unwinder how to step from the bottom
-//! of this stack into the resumer recorded in the link. It pushes that return address by hand
-//! and jumps: the entry never returns, and a real `call` would leave an RSB entry behind that
-//! the first `suspend`'s `ret` would pop instead of the resumer's (two mispredictions per
-//! coroutine, measured as ~15 ns of `create_run_drop`).
+//! The trampoline enters the entry function — with the `Transfer` and the link slot's address — as
+//! if called with `rsp = top - 16`, so the entry's frame is properly aligned and its return address
+//! points into the trampoline, whose CFI tells the unwinder how to step from the bottom of this
+//! stack into the resumer recorded in the link. It pushes that return address by hand and jumps:
+//! the entry never returns, and a real `call` would leave an RSB entry behind that the first
+//! `suspend`'s `ret` would pop instead of the resumer's (two return mispredictions per coroutine).
 //!
 //! # Unwinding across contexts
 //!
@@ -129,10 +128,9 @@ macro_rules! fp_restore {
 #[cfg(feature = "fp-env")]
 macro_rules! fp_restore {
     // Only the *control* bits are the context's (the ABI makes MXCSR's exception flags
-    // caller-saved), and they are written only when they differ from the thread's current
-    // ones: `ldmxcsr` followed by `stmxcsr` costs ~80 ns on some CPUs when the exception
-    // flags change (measured on this project's Xeon), which is what restoring the whole
-    // register on every switch would do.
+    // caller-saved), and they are written only when they differ from the thread's current ones:
+    // `ldmxcsr` followed by `stmxcsr` stalls for tens of nanoseconds on some CPUs when the
+    // exception flags change, which is what restoring the whole register on every switch would do.
     () => {
         concat!(
             "stmxcsr [rsp - 8]\n", // the thread's current MXCSR (below rsp is free)

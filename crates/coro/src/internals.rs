@@ -39,9 +39,9 @@
 //!   yes. If a copying stack cannot take the coroutine back (out of memory for the save buffer),
 //!   its frames and stack are leaked rather than freed. A value the coroutine yields or returns
 //!   during the forced unwind is dropped after the stack has been told the coroutine stopped, under
-//!   `catch_unwind` (its panic propagates from the drop once the unwind is over): dropped first, a
-//!   panicking destructor left a copying stack's region marked running for good, refusing every
-//!   other coroutine on it (`tests/forced_unwind.rs`).
+//!   `catch_unwind` (its panic propagates from the drop once the unwind is over): dropped before
+//!   that, a panicking destructor would leave a copying stack's region marked running for good,
+//!   refusing every other coroutine on it (`tests/forced_unwind.rs`).
 //! * **`mem::forget`** leaks the stack; since everything (closure, `Input`, `Yield`, `Return`) is
 //!   `'static`, no borrow can outlive its referent through a forgotten coroutine.
 //! * **`!Send`**; `SendCoroutine` is the `unsafe` escape hatch with its contract. So a thread may

@@ -35,7 +35,7 @@
 //! covers it). A short count is not always the end of the queue, though: a TCP read stops at the
 //! urgent mark with the bytes behind it queued, and a Unix stream read stops after a message that
 //! carried descriptors (or, with `SO_PASSCRED`, at a change of writer). No event comes for bytes
-//! already there, so clearing there made the next read wait for ever
+//! already there, so clearing there would make the next read wait for ever
 //! (`tcp_short_read_at_the_urgent_mark`, `unix_short_read_at_passed_descriptors`). So epoll also
 //! asks for `EPOLLPRI` (Apple's kqueue flags `EV_OOBAND`) as `Readiness::PRIORITY`, which wakes
 //! nobody and keeps a TCP stream from clearing once urgent data came; TCP streams clear only where
@@ -56,20 +56,20 @@
 //! call would spin on `EAGAIN` past its deadline without yielding its worker. Deadlines are also
 //! checked after each `EWOULDBLOCK` (a thread's `poll(2)` keeps reporting such a socket ready), and
 //! `wait_ready_now` (`Io::readable`/`writable`) snapshots the readiness before its zero-timeout
-//! poll: after it, an event in between was in the snapshot and the clear erased it
-//! (`tests/io_sockets.rs`). `TcpStream::write_vectored` on the readiness path sends with
-//! `sendmsg(MSG_NOSIGNAL)` (`sys_unix::send_vectored`): it was std's `writev`, which raised
-//! `SIGPIPE` on a connection the peer had closed, against the type's documented promise
-//! (`BrokenPipe`, never a signal) — a host that does not ignore `SIGPIPE` was killed.
+//! poll: taken after it, the snapshot would hold an event that came in between, and the clear would
+//! erase it (`tests/io_sockets.rs`). `TcpStream::write_vectored` on the readiness path sends with
+//! `sendmsg(MSG_NOSIGNAL)` (`sys_unix::send_vectored`), not std's `writev`, which raises `SIGPIPE`
+//! on a connection the peer has closed, against the type's documented promise (`BrokenPipe`, never
+//! a signal), and so kills a host that does not ignore `SIGPIPE`.
 //!
 //! **`Evented`** (`src/source.rs`), the one piece every type shares, picks a path per call:
 //! completion (the current driver has a proactor supporting the op: submit, pinned to the worker;
 //! buffers of a coroutine on a copying stack are bounced through the heap, ≤ 64 KiB a time for a
 //! byte stream, whole for a datagram or record (`Framing`: a part cut the message,
 //! `tests/io_types.rs`) — invariant 3; so is everything a blocking-pool job of `fs` reads: the job
-//! gets a `dup` of the `File`'s descriptor, an owned path, cloned options — it used to read the
-//! `File` through a pointer into the suspended coroutine's stack, by then another coroutine's
-//! bytes, and so operate on whatever descriptor those held: `tests/io_ends.rs`); readiness
+//! gets a `dup` of the `File`'s descriptor, an owned path, cloned options — read through a pointer
+//! into the suspended coroutine's stack, the `File` would be another coroutine's bytes by then, and
+//! the job would operate on whatever descriptor those held: `tests/io_ends.rs`); readiness
 //! (register lazily with the current reactor; keep the registration while its driver lives,
 //! re-register when the source meets another runtime or its driver shuts the registration down — a
 //! wait that driver ends returns for the retry, which registers with the current one, instead of
@@ -79,24 +79,19 @@
 //! pool in 50 ms slices, so cancellation stays prompt); no task at all (`poll(2)`/`WSAPoll`: the
 //! std behaviour, timeouts included). Sources are always non-blocking so all paths share one fd.
 //! Registrations are kept (boxed) until the source drops, so a wait reaches the latest one through
-//! a pointer — no lock and no `Arc` clones, which were eight atomic read-modify-writes per wait;
-//! the per-call checks ask the driver `has_reactor`/`proactor` without cloning anything, and pin
-//! the task only on the completion path (epoll echo: 3,497 → 3,149 user-space instructions per
-//! request, callgrind; tokio current-thread: ~1,965 — the rest of the server's CPU is the
-//! kernel's). A source's waiter lists take the spin lock of `spindle_park::spin` (its unlock is a
-//! store; std's `Mutex` paid a read-modify-write for it, twice per wait); with the cheaper idle
-//! checks of the worker loop (one worker's `has_work`, an empty timer wheel) that is 3,115 → 2,952
-//! per request (callgrind, 1k–3k req/s, where the worker idles between requests). A registration
-//! whose driver is gone is small: drivers free their registration table when they shut down
-//! (`Registrations::drain`; a long-lived source used to keep each dead runtime's table, 55 KB with
-//! 1,000 sources); what is left — the box, the `ScheduledIo`, the reactor's struct, ~300 bytes with
-//! epoll — stays until the source drops, since freeing it would need every call to announce itself
-//! (a call may read a registration that was the latest when it started): two read-modify-writes per
-//! read and write for a few hundred bytes per runtime met (`tests/io_registrations.rs`). On
-//! io_uring a socket send first tries the plain non-blocking call and goes to the ring only when
-//! the socket buffer is full: the ring entry, its completion and often an extra enter to reap it
-//! cost more than the one `sendto` (20k req/s echo: 1.66 → 1.01 `io_uring_enter` per request, plus
-//! 1.16 `sendto`).
+//! a pointer — no lock and no `Arc` clones, each of which would cost atomic read-modify-writes on
+//! every wait; the per-call checks ask the driver `has_reactor`/`proactor` without cloning
+//! anything, and pin the task only on the completion path. A source's waiter lists take the spin
+//! lock of `spindle_park::spin` (its unlock is a plain store, where std's `Mutex` pays a
+//! read-modify-write, twice per wait). A registration whose driver is gone is small: drivers free
+//! their registration table when they shut down (`Registrations::drain`; otherwise a long-lived
+//! source would keep the table of every runtime it met, a slot per source); what is left — the box,
+//! the `ScheduledIo`, the reactor's struct, a few hundred bytes — stays until the source drops,
+//! since freeing it would need every call to announce itself (a call may read a registration that
+//! was the latest when it started): two read-modify-writes per read and write for a few hundred
+//! bytes per runtime met (`tests/io_registrations.rs`). On io_uring a socket send first tries the
+//! plain non-blocking call and goes to the ring only when the socket buffer is full: the ring
+//! entry, its completion and often an extra enter to reap it cost more than the one `sendto`.
 //!
 //! **Types.** `net::{TcpListener, TcpStream, UdpSocket, UnixStream, UnixListener, UnixDatagram}`,
 //! `pipe()`, `fs::File` (+ `read`, `write`…), `Io<T>` for any fd a user brings, `offload` (run
@@ -109,13 +104,13 @@
 //! in the socket (`SO_RCVTIMEO`/`SO_SNDTIMEO`): `from_std` and the descriptor conversions take them
 //! over, `try_clone` copies them, `into_std` hands them on (`tests/io_types.rs`). Writes never
 //! raise `SIGPIPE` (`MSG_NOSIGNAL`, `SO_NOSIGPIPE`). `accept` (TCP and Unix) out of descriptors
-//! returns the error and backs off 1 → 100 ms before the next try, so a loop that logs and retries
-//! does not spin. Files: native on io_uring (`Read`/`Write` at an offset, `fsync`), the blocking
-//! pool elsewhere. Operations at the file position through one `File` (`&File` is
-//! `Read`/`Write`/`Seek`) take turns at a small lock of the `File` (waiters park, first come first
-//! served; uncontended one read-modify-write to take and one to release): io_uring's "current
-//! position" reads take the position at submission and store it at completion without the kernel's
-//! `f_pos_lock`, so reads in flight together read the same bytes (`tests/io_types.rs`).
+//! returns the error and backs off (1 ms, doubling up to 100 ms) before the next try, so a loop
+//! that logs and retries does not spin. Files: native on io_uring (`Read`/`Write` at an offset,
+//! `fsync`), the blocking pool elsewhere. Operations at the file position through one `File`
+//! (`&File` is `Read`/`Write`/`Seek`) take turns at a small lock of the `File` (waiters park, first
+//! come first served; uncontended one read-modify-write to take and one to release): io_uring's
+//! "current position" reads take the position at submission and store it at completion without the
+//! kernel's `f_pos_lock`, so reads in flight together read the same bytes (`tests/io_types.rs`).
 //!
 //! **Backends.**
 //!
@@ -134,21 +129,21 @@
 //!   connections nobody asked for then stay in the backlog instead of the process's descriptor
 //!   table. The bound is on a burst, not exact: the kernel accepts in a loop within one turn of the
 //!   ring (until the backlog is empty) before the driver sees a completion, so a burst can take a
-//!   backlog's worth before the cancel lands; a later wave is not taken (`tests/io_accept.rs`;
-//!   asking for 16 exactly failed half the runs). An `accept` on a plain thread (the blocking call)
-//!   cancels the request too and takes what it delivered until its last completion, so no
-//!   connection is stranded in a queue while the thread waits on the backlog. Dropping the last
-//!   handle cancels the request through a mailbox the ring's worker drains on its next turn (from
-//!   any thread; `user_data` carries a generation so a late cancel never hits a reused slot), and
-//!   closes connections accepted but not taken. Dropping the driver (its worker's exit) cancels
-//!   every armed multishot accept, reaps the cancels, and closes what they had delivered and nobody
-//!   claimed (it leaked 8 descriptors per drop, `tests/accept_drop.rs`). A kernel that answers
-//!   `EINVAL` turns it off for the driver. On 6.18, RECV/SEND/ READ/WRITE/ACCEPT on non-blocking
-//!   fds wait inside the kernel; older kernels' EAGAIN is handled by poll-and-retry. A ping-pong
-//!   request costs ~1 `io_uring_enter` (the wait for the next read) and one `sendto` (see `Evented`
-//!   above). Waiting for completions in batches (`min_wait_usec`, Linux 6.12+) was tried and left
-//!   out: fewer enters and wake-ups, more CPU per request on the machine we measure on
-//!   (docs/benchmarks.md, io section).
+//!   backlog's worth before the cancel lands; a later wave is not taken (`tests/io_accept.rs`
+//!   checks that, not an exact count of 16, which a burst does not keep). An `accept` on a plain
+//!   thread (the blocking call) cancels the request too and takes what it delivered until its last
+//!   completion, so no connection is stranded in a queue while the thread waits on the backlog.
+//!   Dropping the last handle cancels the request through a mailbox the ring's worker drains on its
+//!   next turn (from any thread; `user_data` carries a generation so a late cancel never hits a
+//!   reused slot), and closes connections accepted but not taken. Dropping the driver (its worker's
+//!   exit) cancels every armed multishot accept, reaps the cancels, and closes what they had
+//!   delivered and nobody claimed (`tests/accept_drop.rs`). A kernel that answers `EINVAL` turns it
+//!   off for the driver. On Linux 6.18, RECV/SEND/READ/WRITE/ACCEPT on non-blocking fds wait inside
+//!   the kernel; older kernels' `EAGAIN` is handled by poll-and-retry. A ping-pong request costs
+//!   one `io_uring_enter` (the wait for the next read) and one `sendto` (see `Evented` above). The
+//!   driver does not wait for completions in batches (`min_wait_usec`, Linux 6.12+): that saves
+//!   enters and wake-ups but costs more CPU per request (the repository's docs/benchmarks.md, io
+//!   section, has the figures).
 //! * *polling*: the `polling` crate, edge mode where supported, else one-shot with `rearm` arming
 //!   the union of what is armed and what waiters want.
 //! * *kqueue*: `EV_CLEAR` read and write filters, `EVFILT_USER` wake-ups; type-checked for FreeBSD

@@ -2,12 +2,11 @@
 //! once per use and frees in bursts: its tasks (`spindle-rt`) and one-shot channels
 //! (`spindle-sync`'s `oneshot`).
 //!
-//! This is Go's per-P free list of dead goroutines (`gfput`/`gfget` in `runtime/proc.go`),
-//! for any block of up to 1 KiB. Why: a burst of spawns (or of one-shot exchanges) frees
-//! thousands of blocks of one size at once, far more than glibc's per-thread cache keeps (7
-//! per size), so `malloc` and `free` then take their slow paths — about 550 instructions per
-//! spawn–join in callgrind, a fifth of the whole, and ~180 per `ping_pong` message for its
-//! one-shot channel.
+//! This is Go's per-P free list of dead goroutines (`gfput`/`gfget` in `runtime/proc.go`), for any
+//! block of up to 1 KiB. Why: a burst of spawns (or of one-shot exchanges) frees thousands of
+//! blocks of one size at once, far more than glibc's per-thread cache keeps (7 per size), so
+//! `malloc` and `free` would then take their slow paths, a large part of the cost of a spawn–join
+//! or of a one-shot exchange.
 //!
 //! * **Only threads that [`enable`] it cache** (a runtime's workers, at their start; [`disable`]
 //!   at their end frees everything). On any other thread — and on a caching thread during

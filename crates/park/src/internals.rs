@@ -9,21 +9,21 @@
 //! bytes then fill; so these four are `unsafe` with that contract); code running in one of its
 //! coroutines parks the coroutine, anything else parks the thread (with a permit next to the thread
 //! handle, so unrelated `std::thread::unpark`s are not wake-ups; a wait during thread-local
-//! destruction, once the parker's thread-local is gone, uses one late parker throughout: it used to
-//! make a fresh parker on every call then, so a waker's permit and the park's differed and the
-//! wake-up was lost, `tests/park_at_thread_exit.rs`. Handing the first parker on to those late
-//! waits when wakers of it are still out at thread exit would leak it whenever a wait queue's
-//! entry outlived the thread — common: LeakSanitizer reports it in the sync stress tests — so a
-//! late wait gets the late parker, and only a waker handed out in one thread-local destructor and
-//! waited for in a later one would miss its wake). Semantics: one permit per task, like
-//! `std::thread::park`; `Woken` only after a real wake (possibly of a stale waker clone); callers
-//! loop on their condition. A cancelled coroutine's park unwinds. The hook slot is read through a
-//! non-inlined accessor, never cached across a switch (invariant 2). `spin::SpinLock` is the other
-//! side of waiting: the lock of critical sections that never park (a few stores; the unlock is a
-//! plain store, where `std::sync::Mutex` pays a read-modify-write; its guard is `Sync` only for a
-//! `Sync` value, as `MutexGuard` is), shared by `spindle-rt` and `spindle-sync`, which do not
-//! depend on each other. `block_cache` is shared by the two for the same reason: per-thread caches
-//! of freed blocks of up to 1 KiB by 64-byte size class, enabled by the runtime on its workers (see
+//! destruction, once the parker's thread-local is gone, uses one late parker throughout: with a
+//! fresh parker per call, a waker's permit and the park's would differ and the wake-up would be
+//! lost, `tests/park_at_thread_exit.rs`. Handing the first parker on to those late waits when
+//! wakers of it are still out at thread exit would leak it whenever a wait queue's entry outlived
+//! the thread — common: LeakSanitizer reports it in the sync stress tests — so a late wait gets the
+//! late parker, and only a waker handed out in one thread-local destructor and waited for in a
+//! later one would miss its wake). Semantics: one permit per task, like `std::thread::park`;
+//! `Woken` only after a real wake (possibly of a stale waker clone); callers loop on their
+//! condition. A cancelled coroutine's park unwinds. The hook slot is read through a non-inlined
+//! accessor, never cached across a switch (invariant 2). `spin::SpinLock` is the other side of
+//! waiting: the lock of critical sections that never park (a few stores; the unlock is a plain
+//! store, where `std::sync::Mutex` pays a read-modify-write; its guard is `Sync` only for a `Sync`
+//! value, as `MutexGuard` is), shared by `spindle-rt` and `spindle-sync`, which do not depend on
+//! each other. `block_cache` is shared by the two for the same reason: per-thread caches of freed
+//! blocks of up to 1 KiB by 64-byte size class, enabled by the runtime on its workers (see
 //! "spindle-rt", task allocation), used for tasks and for one-shot channels.
 //!
 //! What IO needs of a task, also through the hook (defaults do nothing, so a minimal runtime need
@@ -43,8 +43,6 @@
 //! `Hook::will_wake` (whether a kept waker is the current task's, so a primitive may reuse it; the
 //! default says no). The two per-wait questions have one-call forms, `Hook::try_park` and
 //! `Hook::try_will_wake` (defaults: `in_task` then the other), which the runtime answers with one
-//! read of its running coroutine: two indirect calls fewer per blocked operation (with the budget's
-//! fast path, `chan_ping_pong` on one worker went 1,791 → 1,609 instructions per round trip under
-//! callgrind). `waker()` asks `Hook::try_waker` the same way (it made two virtual calls, and the
-//! runtime's `waker` looked its worker up again through a thread-local): −25 instructions per
-//! `ping_pong` message.
+//! read of its running coroutine: two indirect calls fewer per blocked operation. `waker()` asks
+//! `Hook::try_waker` the same way: one virtual call instead of `in_task` then `waker`, and the
+//! runtime answers without looking its worker up again through a thread-local.

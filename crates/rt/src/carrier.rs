@@ -1,13 +1,12 @@
 //! Carriers: coroutines that run task after task on one pooled stack.
 //!
-//! Go does not free a goroutine that exits: `gfput` keeps the dead G with its stack on the P's
-//! free list, and `gfget` hands it to the next `go` statement, which only resets its saved
-//! registers. A carrier is that for Spindle: a coroutine on a stack of the runtime's pool whose
-//! body is a loop — start the task it is handed, run it to its end, hand the outcome back,
-//! suspend until the next task. A task on the runtime's default stack (`Body::OwnPending(None,
-//! _)`, the common spawn) is started on an idle carrier of its worker's cache instead of on a
-//! new coroutine: no stack taken from the pool, no context built, no coroutine torn down and
-//! no stack given back per spawn (about a tenth of a spawn-and-finish in callgrind).
+//! Go does not free a goroutine that exits: `gfput` keeps the dead G with its stack on the P's free
+//! list, and `gfget` hands it to the next `go` statement, which only resets its saved registers. A
+//! carrier is that for Spindle: a coroutine on a stack of the runtime's pool whose body is a loop —
+//! start the task it is handed, run it to its end, hand the outcome back, suspend until the next
+//! task. A task on the runtime's default stack (`Body::OwnPending(None, _)`, the common spawn) is
+//! started on an idle carrier of its worker's cache instead of on a new coroutine: no stack taken
+//! from the pool, no context built, no coroutine torn down and no stack given back per spawn.
 //!
 //! # Protocol
 //!

@@ -123,10 +123,9 @@ impl<T: Send + 'static> JoinHandle<T> {
     ///
     /// If a coroutine joins its own handle (that would never return), or if the handle was
     /// already awaited to `Ready` as a future (through `&mut`: the result was handed out).
-    // Inlined, so that the park's switch sits one frame below the caller (see
-    // `coop::yield_now` on mispredicted returns). Always: once the join cell's protocol moved
-    // to `join_cell.rs` the compiler stopped inlining it on its own (callgrind: +13 to +22
-    // instructions per `ping_pong` message, whichever part it left out of line).
+    // Inlined, so that the park's switch sits one frame below the caller (see `coop::yield_now` on
+    // mispredicted returns). Always: left to itself, the compiler keeps part of it out of line,
+    // since the join cell's protocol lives in another module (`join_cell.rs`).
     #[inline(always)]
     pub fn join(self) -> Result<T, JoinError> {
         self.refuse_own();

@@ -55,10 +55,10 @@ fn closing_error() -> io::Error {
     io::Error::other("the runtime is shutting down: no new coroutines")
 }
 
-/// [`spawn_at`] with a default [`Builder`] by `worker`, on its own thread
-/// (plain [`spawn`] from a coroutine): the same task, made without the builder's choices
-/// (no name, the default stack at the first run — on a carrier —, not migratable), which
-/// the compiler did not fold away: ~40 instructions a spawn. `None`: the runtime is closing.
+/// [`spawn_at`] with a default [`Builder`] by `worker`, on its own thread (plain [`spawn`] from a
+/// coroutine): the same task, made without the builder's choices (no name, the default stack at the
+/// first run — on a carrier —, not migratable), which the compiler does not fold away from a
+/// default builder. `None`: the runtime is closing.
 #[inline]
 fn spawn_plain<F, T>(worker: &worker::WorkerCtx, f: F) -> Option<JoinHandle<T>>
 where

@@ -756,8 +756,8 @@ where
         // SAFETY: the last reference is gone: nobody else uses the task. It was written in a
         // block from `task_alloc::alloc` with this layout (`new_task`).
         unsafe {
-            // A task that finished as most do leaves nothing to drop, and its drop glue is a
-            // nest of out-of-line calls that find that out (~60 instructions per task).
+            // A task that finished as most do leaves nothing to drop, and its drop glue is a nest
+            // of out-of-line calls that would find that out.
             if !cell.as_mut().holds_nothing_to_drop() {
                 ptr::drop_in_place(cell.as_ptr());
             }
@@ -798,7 +798,7 @@ where
     #[inline(never)]
     unsafe fn carrier_finished(&self, slot: OutcomeSlot, carriers: &CarrierCache) {
         // SAFETY: the slot is the `Option<Result<T, Failure>>` that this task type's `start`
-        // (`start_on_carrier`, the one its `StartCall` named) filled and handed back, in its
+        // (`start_on_carrier`, the one its vtable's `start` names) filled and handed back, in its
         // frame on the suspended carrier's stack; nothing else touches it until the carrier
         // resumes, which it does only for its next task, after this.
         let outcome = unsafe { (*slot.0.cast::<Option<Result<T, Failure>>>()).take() };
@@ -1255,10 +1255,10 @@ where
 {
     let layout = std::alloc::Layout::new::<TaskCell<T, F>>();
     let cell = crate::task_alloc::alloc(layout).cast::<TaskCell<T, F>>();
-    // Built in place in the allocation (writing a whole cell built on the stack copied a few
-    // hundred bytes: ~90 instructions per spawn in callgrind); the header is made only now,
-    // after the allocation, so that its fields are stored straight into the block (made
-    // before, by the caller, it was copied in with a `memcpy` of 136 bytes).
+    // Built in place in the allocation (a whole cell built on the stack would be copied in: a few
+    // hundred bytes per spawn); the header is made only now, after the allocation, so that its
+    // fields are stored straight into the block (made before, by the caller, it would be copied in
+    // with a `memcpy`).
     // SAFETY: `cell` is a fresh block for a `TaskCell<T, F>` (its layout), ours alone.
     unsafe {
         cell.write(TaskCell {

@@ -1,12 +1,12 @@
 //! Where task allocations come from: the per-thread caches of freed blocks that
 //! `spindle_park::block_cache` keeps, enabled on each worker thread (and freed at its end).
 //!
-//! This is Go's per-P free list of dead goroutines (`gfput`/`gfget` in `runtime/proc.go`),
-//! for the one heap block a task is (header, join cell, closure or coroutine: a few hundred
-//! bytes). Why: a burst of spawns frees thousands of blocks of one size at once, far more than
-//! glibc's per-thread cache keeps (7 per size), so `malloc` and `free` then take their slow
-//! paths — about 550 instructions per spawn–join in callgrind, a fifth of the whole. The same
-//! caches serve `spindle-sync`'s one-shot channels (one block per channel, in the same bursts).
+//! This is Go's per-P free list of dead goroutines (`gfput`/`gfget` in `runtime/proc.go`), for the
+//! one heap block a task is (header, join cell, closure or coroutine: a few hundred bytes). Why: a
+//! burst of spawns frees thousands of blocks of one size at once, far more than glibc's per-thread
+//! cache keeps (7 per size), so `malloc` and `free` would then take their slow paths, a large part
+//! of a spawn–join's cost. The same caches serve `spindle-sync`'s one-shot channels (one block per
+//! channel, in the same bursts).
 //!
 //! **Off under the sanitizers and valgrind**: a cached block would hide a use-after-free of a
 //! task from them (`--cfg spindle_asan`/`spindle_tsan`; valgrind is detected at run time).

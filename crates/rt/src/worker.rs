@@ -17,10 +17,10 @@
 //!
 //! # Running a task
 //!
-//! The worker takes the task (pops it: it holds it now), pins it to itself on its first run
-//! (unless it is migratable: see the crate docs on migration), resumes its coroutine on the worker's own
-//! stack, and when the coroutine switches back does what it asked (yield: queue it again; park:
-//! arm its timer and publish it as idle — *after* the switch, invariant 1). The coroutine never
+//! The worker takes the task (pops it: it holds it now), pins it to itself on its first run (unless
+//! it is migratable: see the crate docs on migration), resumes its coroutine on the worker's own
+//! stack, and when the coroutine switches back does what it asked (yield: queue it again; park: arm
+//! its timer and publish it as idle — *after* the switch, invariant 1). The coroutine never
 //! schedules itself.
 
 use std::cell::{Cell, RefCell};
@@ -461,14 +461,13 @@ impl WorkerCtx {
                 };
                 if now < until {
                     // Look a little before sleeping: waking a sleeping thread costs tens of
-                    // microseconds (~35 µs on this VM), and work often comes right back (a
-                    // coroutine on another worker answers). The worker looks as the idle
-                    // protocol's spinner when the protocol lets it (then pushes do not wake a
-                    // sleeper for it), and uncounted when it does not (at most half the busy
-                    // workers spin: with two, one): work pinned or dealt to it can only run
-                    // here, and two workers handing work back and forth would otherwise pay a
-                    // wake-up on every hop. A push the look misses is seen by the re-check
-                    // after `prepare_sleep`, as always.
+                    // microseconds, and work often comes right back (a coroutine on another worker
+                    // answers). The worker looks as the idle protocol's spinner when the protocol
+                    // lets it (then pushes do not wake a sleeper for it), and uncounted when it
+                    // does not (at most half the busy workers spin: with two, one): work pinned or
+                    // dealt to it can only run here, and two workers handing work back and forth
+                    // would otherwise pay a wake-up on every hop. A push the look misses is seen by
+                    // the re-check after `prepare_sleep`, as always.
                     if !spinning {
                         spinning = shared.idle.begin_spin(self.index);
                     }

@@ -15,12 +15,10 @@
 //! the private state (the deque's owner end, pinned queue, tick) and the owner's counters, the
 //! stealer (read-only), the run-next slot (the owner writes it on every spawn and wake-up; thieves
 //! look at it only once the deques came up empty), the inbox (other threads push), and the thieves'
-//! `stolen_from` count. When they shared two lines, a spinning thief's look at a victim's stealer
-//! pulled in the line of the victim's run-next and private state, so the victim's next spawn missed
-//! on its own compare-and-swap: 6 % of `ping_pong` on two workers (A/B runs of the scratch program,
-//! 0.94×; `bench sched` `ping_pong_w2` 0.50–0.51× → 0.46×). Round-robin's inbox sits on its own
-//! lines for the same reason (other workers push to it on every other spawn: 0.93× on the scratch
-//! program's `ping_pong` with two workers).
+//! `stolen_from` count. Were they to share lines, a spinning thief's look at a victim's stealer
+//! would pull in the line of the victim's run-next and private state, and the victim's next spawn
+//! would miss on its own compare-and-swap. Round-robin's inbox sits on its own lines for the same
+//! reason (other workers push to it on every other spawn).
 //!
 //! `Idle` is Go's spinning-worker protocol: spinning and sleeping counts in one word, a pusher
 //! enqueues then fences (SeqCst) and reads the counts, a sleeper registers then fences and
@@ -28,16 +26,15 @@
 //! busy workers spin; the last spinner to find work wakes a successor. On a runtime of one worker
 //! the runtime skips the pusher's half when the pusher is that worker (`Shared::schedule_from`): it
 //! is awake and re-checks its queues before it sleeps, and there is nobody else to wake, so the
-//! fence (one of a spawn's ~20 atomic read-modify-writes) buys nothing. Loom models (preemption
-//! bound 2, tokio's `cfg(loom)` module swap, a loom-checked stand-in for crossbeam's deque) cover
-//! every policy's push/pop/steal and the idle protocol; they found two real lost wake-ups during
-//! development. Proptests check every policy against a sequential model. A third lost wake-up,
-//! needs about four preemptions across three threads, so it has a step-by-step test instead
-//! (`spindle-sched/tests/idle_steps.rs`): a worker that spun until it announced its sleep, claimed
-//! by a pinned push (`notify_worker`) before its re-check, was marked awake, so when the re-check
-//! found work it no longer woke a successor for an unpinned push that had skipped waking anyone
-//! because it counted on that spinner. It is now claimed as spun dry (`end_spin` with work wakes a
-//! successor); `woke` after a real park makes it awake.
+//! fence would buy nothing. Loom models (preemption bound 2, tokio's `cfg(loom)` module swap, a
+//! loom-checked stand-in for crossbeam's deque) cover every policy's push/pop/steal and the idle
+//! protocol. Proptests check every policy against a sequential model. One lost wake-up needs about
+//! four preemptions across three threads, beyond the models' bound, so a step-by-step test covers
+//! it (`spindle-sched/tests/idle_steps.rs`): a worker that spun until it announced its sleep and is
+//! claimed by a pinned push (`notify_worker`) before its re-check counts as spun dry, not awake, so
+//! that when the re-check finds work it wakes a successor (`end_spin` with work) — an unpinned push
+//! may have skipped waking anyone because it counted on that spinner. `woke` after a real park
+//! makes it awake.
 //!
 //! A worker's private state (round-robin's ring, work-stealing's deque owner end, pinned queue,
 //! tick and rng) sits in an `OwnerCell`: a try-lock, so that a wrong-thread call is slow, never
@@ -49,8 +46,8 @@
 //!
 //! `has_work(w)` must not read `false` for a task pushed before the call and not popped since, from
 //! any thread (the runtime only asks from worker `w`, but the trait is public). Round-robin keeps
-//! its private ring's length in an atomic the owner stores after each change; while the owner moved
+//! its private ring's length in an atomic the owner stores after each change; while the owner moves
 //! its inbox behind the ring, both could read empty (the inbox emptied, the length not yet stored).
-//! The owner now stores a length of at least one *before* it empties the inbox, and `has_work`
-//! reads the inbox first (loom model
-//! `round_robin_has_work_from_another_thread_during_an_inbox_move`, which fails without it).
+//! So the owner stores a length of at least one *before* it empties the inbox, and `has_work` reads
+//! the inbox first (loom model `round_robin_has_work_from_another_thread_during_an_inbox_move`,
+//! which fails without it).

@@ -1,10 +1,9 @@
 //! [`Mpsc`]: a queue many threads push into and one thread (mostly) pops from.
 //!
 //! A `Mutex<VecDeque>` with its length mirrored in an atomic, so that the common "is it empty?"
-//! check on a pop or a sleep takes no lock. Measured against `crossbeam_queue::SegQueue` on this
-//! project's 2-core machine (push+pop on one thread; bursts of 1,000; one producer and one
-//! consumer thread): the mutex was as fast or faster in every case (≈41 vs ≈55 ns per push+pop
-//! uncontended; within noise for the producer/consumer pair), needs no extra dependency and
+//! check on a pop or a sleep takes no lock. Against `crossbeam_queue::SegQueue` (push+pop on one
+//! thread; bursts of 1,000; one producer and one consumer thread) the mutex is as fast or faster in
+//! every case (the repository's docs/benchmarks.md has the figures), needs no extra dependency and
 //! allocates no blocks, so it is the choice.
 
 use std::collections::VecDeque;

@@ -25,11 +25,11 @@ pub const CHAT: Config = Config {
     write_timeout: Duration::from_secs(2),
 };
 
-/// The stack pool's caps under soak (unless `--default-pool`): stacks each worker keeps, and
-/// stacks the shared pool keeps. The runtime's defaults (16,384 each) let the stacks of
-/// coroutines spawned on one worker and finished on the other pile up in the second worker's
-/// cache — about 55 a second under this load, ~15 KiB resident each — for the first 16,384:
-/// growth that is bounded, but not within a one-minute soak, and that would hide a leak.
+/// The stack pool's caps under soak (unless `--default-pool`): stacks each worker keeps, and stacks
+/// the shared pool keeps. The runtime's defaults (16,384 each) let the stacks of coroutines spawned
+/// on one worker and finished on the other pile up in the second worker's cache — dozens a second
+/// under this load, each with touched pages resident — for the first 16,384: growth that is
+/// bounded, but not within a one-minute soak, and that would hide a leak.
 const POOL_THREAD_CACHE: usize = 256;
 const POOL_SHARED: usize = 1024;
 

@@ -81,11 +81,11 @@ pub struct PoolConfig {
     /// a thread's cache is flushed to the shared pool, and — if `trim_when_shared` — every time
     /// a recycle passes it to the shared pool.
     ///
-    /// Between trims, memory that a coroutine touched deep in its stack stays resident: a
-    /// single deep use pins that memory for at most `trim_every` recycles of the stack.
-    /// Trimming on every recycle (1) bounds residency tightly but costs a system call per
-    /// coroutine (a `madvise` of a 256 KiB stack costs about 0.5 µs). Default: 256, which
-    /// keeps the amortized cost of trimming around 2 ns per recycle.
+    /// Between trims, memory that a coroutine touched deep in its stack stays resident: a single
+    /// deep use pins that memory for at most `trim_every` recycles of the stack. Trimming on every
+    /// recycle (1) bounds residency tightly but costs a system call per coroutine (a `madvise`, on
+    /// the order of a microsecond for a default-sized stack). Default: 256, which spreads that cost
+    /// over 256 recycles.
     pub trim_every: u32,
     /// Whether a stack is also trimmed when a recycle passes it to the shared pool — a full
     /// thread cache passing it on, or any recycle when `thread_cache` is 0 (otherwise only

@@ -170,9 +170,9 @@ enum Waiting {
     Select { cx: Arc<Waiter>, op: usize },
 }
 
-/// Wakes everyone who waited (after the lock is released: a woken thread takes it at once).
-/// Usually one receiver waits, or nobody: the first is taken on its own, and the queue's
-/// chained iterator (~60 instructions to build and drop) only runs when more wait.
+/// Wakes everyone who waited (after the lock is released: a woken thread takes it at once). Usually
+/// one receiver waits, or nobody: the first is taken on its own, and the queue's chained iterator
+/// (costly to build and drop) only runs when more wait.
 fn wake_all(mut waiting: SmallDeque<Waiting>) {
     let Some(first) = waiting.pop_front() else {
         return;
@@ -230,10 +230,9 @@ unsafe fn free<T>(inner: NonNull<Inner<T>>) {
 }
 
 /// The channel's allocation, holding `inner`. From the calling thread's block cache
-/// (`spindle_park::block_cache`): a runtime's worker keeps the blocks of the channels it
-/// frees, so a burst of one-shot exchanges (a `ping_pong`) reuses them instead of taking
-/// `malloc`'s and `free`'s slow paths (~180 instructions per channel in callgrind). Under loom,
-/// a plain `Box`.
+/// (`spindle_park::block_cache`): a runtime's worker keeps the blocks of the channels it frees, so
+/// a burst of one-shot exchanges (a `ping_pong`) reuses them instead of taking `malloc`'s and
+/// `free`'s slow paths. Under loom, a plain `Box`.
 fn allocate<T>(inner: Inner<T>) -> NonNull<Inner<T>> {
     #[cfg(not(loom))]
     {

@@ -22,11 +22,11 @@
 //! * `echo_1024_c<N>` (qps): unpaced, `N` connections, 1 KiB; `_p99` (us) from the same runs.
 //! * `..._client_idle` (cpu_pct): the client's time in `epoll_pwait2` / window in the same runs:
 //!   near 0 means the client, not the server, set the pace.
-//! * `echo_1024_r80k_server_switches` (per_req): the server's context switches (voluntary and
-//!   not, summed over its live threads from `/proc/PID/task/*/status`) per request in the
-//!   `echo_cpu_1024_r80k` runs: how often it went to sleep and was woken. It explains CPU
-//!   figures here: on this VM a thread's wake-up from an idle CPU is charged to it at several
-//!   µs (see the README's io section).
+//! * `echo_1024_r80k_server_switches` (per_req): the server's context switches (voluntary and not,
+//!   summed over its live threads from `/proc/PID/task/*/status`) per request in the
+//!   `echo_cpu_1024_r80k` runs: how often it went to sleep and was woken. It explains CPU figures
+//!   here: on a VM a thread's wake-up from an idle CPU can be charged to it at several µs
+//!   (`spindle-bench wakecost` measures it; see docs/benchmarks.md, io section).
 //! * `http_hello_c50` (qps): `wrk -t1 -c50` against a minimal HTTP/1.1 server on Spindle and
 //!   hyper on tokio's current-thread runtime; `http_hello_c50_cpu` (cpu_us_per_req): the
 //!   server's CPU time over the `wrk` run / the requests `wrk` counted. Needs `wrk` (Debian

@@ -1,13 +1,12 @@
-//! `spindle-bench wakecost`: what one wake-up of a sleeping thread costs that thread, in CPU
-//! time, on this machine.
+//! `spindle-bench wakecost`: what one wake-up of a sleeping thread costs that thread, in CPU time,
+//! on the machine it runs on.
 //!
-//! The `io` suite's primary figure is a server's CPU time per request at a fixed load, and a
-//! server at a fixed load sleeps and is woken many times a second. On a VM the CPU time that a
-//! wake-up from an idle vCPU charges to the woken thread can be several microseconds and grow
-//! with how long the thread slept (on the machine this was written on, a VM whose guest idles
-//! through `haltpoll`: 0.7 µs after 5 µs asleep, 13 µs after 50, 20–23 µs after 2 ms), a large
-//! part of a request.
-//! This probe measures it, so that the io tables can be read against the machine they ran on.
+//! The `io` suite's primary figure is a server's CPU time per request at a fixed load, and a server
+//! at a fixed load sleeps and is woken many times a second. On a VM the CPU time that a wake-up
+//! from an idle vCPU charges to the woken thread can be several microseconds and grow with how long
+//! the thread slept (docs/benchmarks.md, io section, has the figures of a VM whose guest idles
+//! through `haltpoll`), a large part of a request. This probe measures it, so that the io tables
+//! can be read against the machine they ran on.
 //!
 //! Two threads: the sleeper, pinned to the server's CPU, blocks in `read` on an eventfd; the
 //! waker, pinned to the client's CPU, busy-waits `gap` µs and writes the eventfd, `wakes`

@@ -74,9 +74,9 @@ impl<T> SmallDeque<T> {
 
     #[inline]
     pub(crate) fn pop_front(&mut self) -> Option<T> {
-        // `replace`/`take` rather than an assignment to `first`: an assignment drops the old
-        // value, and the compiler does not see that it is `None` (a queue entry's drop code
-        // in every pop, ~50 instructions).
+        // `replace`/`take` rather than an assignment to `first`: an assignment drops the old value,
+        // and the compiler does not see that it is `None` (a queue entry's drop code would run in
+        // every pop).
         match self.rest.as_mut().and_then(VecDeque::pop_front) {
             Some(next) => self.first.replace(next),
             None => self.first.take(),

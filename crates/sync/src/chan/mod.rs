@@ -229,11 +229,10 @@ pub struct Chan<T> {
     /// (up) or from the waiter's own thread (down).
     spin_score: AtomicU8,
     /// A finished blocking operation's packet, kept for the next one: an allocation and a free
-    /// fewer per blocked send or receive (~300 instructions of a ~2,000-instruction round
-    /// trip between two coroutines, in callgrind). Null: none. Otherwise it owns one `Arc`
-    /// reference (`Arc::into_raw`), and the packet is unshared: no queue entry or completer
-    /// holds it, and its slot is empty; its waker is its last user's, kept for reuse. See
-    /// [`Chan::packet`] and [`Chan::recycle`].
+    /// fewer per blocked send or receive. Null: none. Otherwise it owns one `Arc` reference
+    /// (`Arc::into_raw`), and the packet is unshared: no queue entry or completer holds it, and its
+    /// slot is empty; its waker is its last user's, kept for reuse. See [`Chan::packet`] and
+    /// [`Chan::recycle`].
     spare: AtomicPtr<Packet<T>>,
     /// Under loom, whether `spare` is used (see `__loom::recycle_packets`).
     #[cfg(loom)]
