@@ -43,51 +43,48 @@ struct Measured {
     ticker_gap: Duration,
 }
 
-/// A ticker runs on one worker; on the other, a coroutine parks a migratable sleeper (20 ms)
-/// and queues [`QUEUED`] coroutines there, then calls `block` (which keeps the thread for
-/// [`BLOCKED_FOR`] without suspending). Retries until the placement is the one under test
-/// (the hog away from the ticker, the sleeper parked on the hog's worker); `None` if it never
-/// was.
-fn blocked_worker(block: fn(&Arc<Mutex<()>>)) -> Option<Measured> {
+/// A coroutine (the hog) starts a ticker on the other worker (it does not suspend until the
+/// ticker has started, so the ticker can only start there; the ticker spins until the hog is
+/// ready, so that it steals nothing meanwhile), parks a migratable sleeper (20 ms) on its own
+/// worker and queues [`QUEUED`] coroutines there, then calls `block`, which keeps the thread
+/// for [`BLOCKED_FOR`] without suspending. Retries if the sleeper was stolen before it ran
+/// anyway; `None` if it always was.
+fn blocked_worker(block: fn()) -> Option<Measured> {
     let rt = two_workers(Policy::WorkStealing, Duration::from_millis(10));
     for attempt in 0..10 {
         let stop = Arc::new(AtomicBool::new(false));
         let ticks: Arc<Mutex<Vec<Instant>>> = Arc::new(Mutex::new(Vec::new()));
-        let (ticker_at_tx, ticker_at_rx) = mpsc::channel::<ThreadId>();
-        let ticker = {
-            let (stop, ticks) = (stop.clone(), ticks.clone());
-            rt.spawn(move || {
-                ticker_at_tx.send(std::thread::current().id()).unwrap();
-                while !stop.load(Ordering::SeqCst) {
-                    spindle_rt::sleep(Duration::from_millis(1));
-                    ticks.lock().unwrap().push(Instant::now());
-                }
-            })
-        };
-        let ticker_at = ticker_at_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-        // A plain thread takes the lock first, for the mutex case.
-        let lock = Arc::new(Mutex::new(()));
-        let (held_tx, held_rx) = mpsc::channel();
-        let holder = {
-            let lock = lock.clone();
-            std::thread::spawn(move || {
-                let _guard = lock.lock().unwrap();
-                held_tx.send(()).unwrap();
-                std::thread::sleep(BLOCKED_FOR);
-            })
-        };
-        held_rx.recv().unwrap();
         let ran = Arc::new(AtomicUsize::new(0));
         let last_ran = Arc::new(Mutex::new(None::<Instant>));
         let (tx, rx) = mpsc::channel();
         let hog = {
-            let (ran, last_ran, lock) = (ran.clone(), last_ran.clone(), lock.clone());
+            let (ran, last_ran) = (ran.clone(), last_ran.clone());
+            let (stop, ticks) = (stop.clone(), ticks.clone());
             rt.spawn(move || {
                 let here = std::thread::current().id();
-                if here == ticker_at {
-                    tx.send(None).unwrap();
-                    return None;
+                let ticker_at = Arc::new(Mutex::new(None::<ThreadId>));
+                let go = Arc::new(AtomicBool::new(false));
+                let ticker = {
+                    let (at, go) = (ticker_at.clone(), go.clone());
+                    spindle_rt::spawn(move || {
+                        *at.lock().unwrap() = Some(std::thread::current().id());
+                        // Keep the other worker from stealing the sleeper below.
+                        while !go.load(Ordering::SeqCst) {
+                            std::hint::spin_loop();
+                        }
+                        while !stop.load(Ordering::SeqCst) {
+                            spindle_rt::sleep(Duration::from_millis(1));
+                            ticks.lock().unwrap().push(Instant::now());
+                        }
+                    })
+                };
+                while ticker_at.lock().unwrap().is_none() {
+                    std::hint::spin_loop();
                 }
+                assert_ne!(*ticker_at.lock().unwrap(), Some(here));
+                // A fresh time slice: a task popped from run-next inherits the slice, and one
+                // that is over would send the sleeper below to the queues, where it is stolen.
+                spindle_rt::yield_now();
                 let sleeper_at = Arc::new(Mutex::new(None));
                 let at = sleeper_at.clone();
                 // SAFETY: the closure keeps nothing thread-bound across its sleep.
@@ -103,9 +100,10 @@ fn blocked_worker(block: fn(&Arc<Mutex<()>>)) -> Option<Measured> {
                     spindle_rt::yield_now();
                 }
                 spindle_rt::yield_now();
+                go.store(true, Ordering::SeqCst);
                 if *sleeper_at.lock().unwrap() != Some(here) {
                     tx.send(None).unwrap();
-                    return Some((sleeper, Vec::new(), false));
+                    return (ticker, sleeper, Vec::new());
                 }
                 let queued: Vec<_> = (0..QUEUED)
                     .map(|_| {
@@ -117,13 +115,13 @@ fn blocked_worker(block: fn(&Arc<Mutex<()>>)) -> Option<Measured> {
                     })
                     .collect();
                 tx.send(Some(Instant::now())).unwrap();
-                block(&lock);
-                Some((sleeper, queued, true))
+                block();
+                (ticker, sleeper, queued)
             })
         };
         let blocked_at = rx
             .recv_timeout(Duration::from_secs(10))
-            .expect("the hog never said where it ran");
+            .expect("the hog never said where its sleeper ran");
         // The watchdog: everything below must be over long before this.
         let deadline = Instant::now() + Duration::from_secs(20);
         while !hog.is_finished() {
@@ -134,18 +132,13 @@ fn blocked_worker(block: fn(&Arc<Mutex<()>>)) -> Option<Measured> {
             std::thread::sleep(Duration::from_millis(5));
         }
         stop.store(true, Ordering::SeqCst);
-        holder.join().unwrap();
+        let (ticker, sleeper, queued) = hog.join().unwrap();
         ticker.join().unwrap();
-        let Some((sleeper, queued, placed)) = hog.join().unwrap() else {
-            eprintln!("attempt {attempt}: the hog started on the ticker's worker; again");
-            continue;
-        };
         let woke = sleeper.join().unwrap();
         for q in queued {
             q.join().unwrap();
         }
         let Some(blocked_at) = blocked_at else {
-            assert!(!placed);
             eprintln!("attempt {attempt}: the sleeper started on the other worker; again");
             continue;
         };
@@ -201,9 +194,23 @@ fn check(case: &str, measured: Option<Measured>) {
 fn queued_coroutines_and_due_timers_leave_a_worker_blocked_in_a_mutex_lock() {
     check(
         "futex",
-        blocked_worker(|lock| {
+        blocked_worker(|| {
             // A futex wait: the lock is held by a plain thread for `BLOCKED_FOR`.
+            let lock = Arc::new(Mutex::new(()));
+            let held = Arc::new(AtomicBool::new(false));
+            let holder = {
+                let (lock, held) = (lock.clone(), held.clone());
+                std::thread::spawn(move || {
+                    let _guard = lock.lock().unwrap();
+                    held.store(true, Ordering::SeqCst);
+                    std::thread::sleep(BLOCKED_FOR);
+                })
+            };
+            while !held.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
             drop(lock.lock().unwrap());
+            holder.join().unwrap();
         }),
     );
 }
@@ -212,7 +219,7 @@ fn queued_coroutines_and_due_timers_leave_a_worker_blocked_in_a_mutex_lock() {
 fn queued_coroutines_and_due_timers_leave_a_worker_in_a_cpu_loop() {
     check(
         "CPU loop",
-        blocked_worker(|_| {
+        blocked_worker(|| {
             let t = Instant::now();
             while t.elapsed() < BLOCKED_FOR {
                 std::hint::spin_loop();
@@ -226,7 +233,7 @@ fn queued_coroutines_and_due_timers_leave_a_worker_in_a_cpu_loop() {
 fn queued_coroutines_and_due_timers_leave_a_worker_in_a_raw_nanosleep() {
     check(
         "raw nanosleep",
-        blocked_worker(|_| {
+        blocked_worker(|| {
             let t = Instant::now();
             while let Some(left) = BLOCKED_FOR.checked_sub(t.elapsed()) {
                 let ts = libc::timespec {
