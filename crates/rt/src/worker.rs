@@ -942,9 +942,16 @@ fn park_current(header: *const Header, deadline: Option<Instant>) -> Wake {
     {
         if worker & MOVABLE != 0 {
             cancel_movable_timer(&ctx.shared, worker & !MOVABLE, key);
-        } else {
-            debug_assert_eq!(ctx.index, worker, "a pinned task resumed away from home");
+        } else if ctx.index == worker {
             ctx.cancel_timer(key);
+        } else {
+            // Not reached: a task that is not migratable resumes on its home worker, which
+            // armed the timer. (Left alone, the entry fires at its deadline and finds the park
+            // over; a key of another worker's wheel must not be cancelled in this one.)
+            debug_assert!(
+                false,
+                "a pinned task resumed away from the worker of its timer"
+            );
         }
     }
     // Something moved the task out of idle: a wake-up (which leaves no permit then: the resume
