@@ -311,32 +311,84 @@ fn a_migratable_sleeper_on_a_stuck_worker_wakes_elsewhere() {
     panic!("inconclusive: the sleeper never started on the hog's worker");
 }
 
-/// A pinned (ordinary, started) coroutine sleeping on a stuck worker stays there: its sleep
-/// ends only once the worker is back, on that worker.
+/// Occupies the other worker (of two) with a coroutine that spins until the returned flag is
+/// set, so that it steals nothing meanwhile; returns once that coroutine runs, with a fresh
+/// time slice for the caller (a task the caller then hands the worker to through run-next
+/// inherits the caller's slice, and one that is over would send it to the queues).
+fn occupy_the_other_worker() -> (Arc<AtomicBool>, spindle_rt::JoinHandle<()>) {
+    let started = Arc::new(AtomicBool::new(false));
+    let release = Arc::new(AtomicBool::new(false));
+    let spinner = {
+        let (started, release) = (started.clone(), release.clone());
+        spindle_rt::spawn(move || {
+            started.store(true, Ordering::SeqCst);
+            while !release.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
+        })
+    };
+    // No suspension until it runs: it can only run on the other worker.
+    while !started.load(Ordering::SeqCst) {
+        std::hint::spin_loop();
+    }
+    spindle_rt::yield_now();
+    (release, spinner)
+}
+
+/// A started coroutine that may not move — an ordinary one, or a migratable one holding a
+/// `PinGuard` — and sleeps on a stuck worker stays there: its sleep ends only once the worker
+/// is back, on that worker (the migratable one's timer is fired by the monitor, which queues
+/// it to its home).
 #[test]
 fn a_started_pinned_sleeper_on_a_stuck_worker_waits_for_it() {
     let rt = two_workers(Policy::WorkStealing, Duration::from_millis(10));
-    let r = rt.spawn(|| {
-        let here = std::thread::current().id();
-        let sleeper = spindle_rt::spawn(move || {
-            let started_at = std::thread::current().id();
-            spindle_rt::sleep(Duration::from_millis(20));
-            (started_at, std::thread::current().id(), Instant::now())
+    for migratable in [false, true] {
+        let r = rt.spawn(move || {
+            let here = std::thread::current().id();
+            let (release, spinner) = occupy_the_other_worker();
+            let parked = Arc::new(AtomicBool::new(false));
+            let p = parked.clone();
+            let body = move || {
+                let _pin = migratable.then(spindle_park::pin_to_thread);
+                let started_at = std::thread::current().id();
+                p.store(true, Ordering::SeqCst);
+                spindle_rt::sleep(Duration::from_millis(20));
+                (started_at, std::thread::current().id(), Instant::now())
+            };
+            let sleeper = if migratable {
+                // SAFETY: the closure holds nothing thread-bound outside its pinned section.
+                unsafe { Builder::new().migratable() }.spawn(body).unwrap()
+            } else {
+                spindle_rt::spawn(body)
+            };
+            // It runs next here (run-next) and parks.
+            while !parked.load(Ordering::SeqCst) {
+                spindle_rt::yield_now();
+            }
+            spindle_rt::yield_now();
+            release.store(true, Ordering::SeqCst);
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_millis(300) {
+                std::hint::spin_loop();
+            }
+            let back = Instant::now();
+            spinner.join().unwrap();
+            (here, back, sleeper)
         });
-        // Let it start here (run-next) and park.
-        spindle_rt::yield_now();
-        spindle_rt::yield_now();
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_millis(300) {
-            std::hint::spin_loop();
-        }
-        (here, Instant::now(), sleeper)
-    });
-    let (hog_at, back, sleeper) = r.join().unwrap();
-    let (started_at, woke_at, woke) = sleeper.join().unwrap();
-    assert_eq!(started_at, woke_at, "a started pinned coroutine moved");
-    if started_at == hog_at {
-        assert!(woke >= back, "it woke while its worker was still stuck");
+        let (hog_at, back, sleeper) = r.join().unwrap();
+        let (started_at, woke_at, woke) = sleeper.join().unwrap();
+        assert_eq!(
+            started_at, hog_at,
+            "migratable {migratable}: not placed as needed"
+        );
+        assert_eq!(
+            started_at, woke_at,
+            "migratable {migratable}: a pinned coroutine moved"
+        );
+        assert!(
+            woke >= back,
+            "migratable {migratable}: it woke while its worker was still stuck"
+        );
     }
 }
 
