@@ -107,11 +107,13 @@
 //! `a_timer_left_from_an_earlier_park_never_schedules_a_later_one`, which fails without the
 //! generation check; no runtime test makes the race happen: it needs the timer's worker preempted
 //! inside a two-instruction window). A resumed park cancels its timer on its own worker with a
-//! direct call (the hot path); a migratable coroutine that resumed elsewhere sends the key to the
-//! owner's `TimerInbox` (a locked `Vec` and a flag the owner reads in `fire_timers` and after
-//! announcing its sleep; the sender wakes it through `Idle::notify_worker`), since only the owner
-//! touches its wheel. Left until its deadline, the entry would hold a task reference, one per
-//! migration, and keep finished tasks alive (`tests/timers_and_slices.rs`).
+//! direct call (the hot path). A migratable coroutine's timer is not in that wheel but in the
+//! worker's *movable* wheel (`src/handoff.rs`: a locked `TimerWheel` and its next deadline in an
+//! atomic, which the owner reads where it looks at its own wheel and before it sleeps), so that a
+//! coroutine that resumed on another worker cancels it there itself, and the monitor fires it while
+//! the worker is stuck (below). `Header::timer` tells the two apart by the top bit of the worker
+//! index (`handoff::MOVABLE`). Left until its deadline, an entry would hold a task reference, one
+//! per migration, and keep finished tasks alive (`tests/timers_and_slices.rs`).
 //!
 //! **A yield is one visit to the queues.** A coroutine that yields comes back to the worker, which
 //! re-queues it and pops the next task with one call, `Policy::yield_and_pop(w, task)` — defined as
@@ -263,14 +265,31 @@
 //! once per run, a coroutine that kept its worker for more than 10 ms without suspending (by name),
 //! then wakes a sleeper to steal what can be stolen. `stuck_threshold(None)` turns off the report
 //! only: the monitor thread keeps running, since the time slices need it
-//! (`tests/timers_and_slices.rs`). What only the stuck worker can bring back waits for it,
-//! migratable coroutines' too: timers fire on the worker that armed them and IO is dispatched by
-//! its own driver, so a migratable coroutine sleeping there is not handed off (Go's stealing Ps run
-//! other Ps' due timers; that would take the timers of migratable coroutines in a wheel any worker
-//! can fire: not done, documented, and `tests/monitor_handoff.rs` is ignored with the reason).
+//! (`tests/timers_and_slices.rs`).
 //! While every worker sleeps it sleeps too, without a timeout (a Dekker hand-shake with the worker
 //! that wakes first; see `src/monitor.rs`), so an idle runtime wakes no thread at all
 //! (`tests/idle_cpu.rs` counts the context switches of its threads over a second).
+//!
+//! **Hand-off of a stuck worker** (`src/handoff.rs`; Go's `sysmon` retaking a P). What cannot be
+//! interposed — a `futex` inside `std::sync::Mutex`, a raw system call, a CPU loop — keeps the
+//! worker's thread; the monitor sees it (resume counter still; thread asleep in the kernel, or
+//! burning CPU, read from `/proc`). What may move then moves through the mechanisms that move it
+//! when the worker is merely busy, so the worker's return races only with operations that are
+//! race-free already: queued coroutines that are not pinned (every unstarted one, and migratable
+//! ones) are *stolen* by the worker the monitor wakes (the deque's and the run-next slot's
+//! steals; FIFO's unpinned queue is global anyway; round-robin steals nothing, by design), and
+//! the due timers of migratable coroutines that parked there are *fired* by the monitor, every
+//! tick until the worker's coroutine switches, from the worker's movable wheel (each entry
+//! leaves the wheel under its lock, once; the park generation keeps a stale one from waking a
+//! later park), queuing those coroutines as a wake-up from a plain thread would. What does not
+//! move: started pinned coroutines (invariant 2), their timers (firing one would only queue it
+//! to the stuck worker), and IO registrations, migratable coroutines' too (a driver is polled by
+//! its own worker only; an io_uring ring has one submitter). The owner pays one relaxed load of
+//! the movable wheel's next deadline per timer check; a pinned coroutine's timed park costs
+//! nothing more. Tests: `tests/monitor_handoff.rs` — a worker blocked in `Mutex::lock` held by a plain
+//! thread, in a raw `nanosleep`, in a CPU loop, each with 100 unstarted coroutines and a
+//! migratable sleeper queued on it and a ticker on the other worker; a pinned sleeper that must
+//! stay; exactly-once counts across stuck/unstuck cycles, with every policy.
 //!
 //! **Registry** (`src/registry.rs`): the live tasks, for shutdown and metrics, in two parts.
 //!

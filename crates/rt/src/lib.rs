@@ -163,8 +163,14 @@
 //! operation), and reports a coroutine that keeps its
 //! worker for more than 10 ms (configurable, or off: [`RuntimeBuilder::stuck_threshold`])
 //! without suspending; it then wakes a sleeping worker to steal the queued coroutines that may
-//! move. Coroutines waiting on that worker's timers (a sleep, any deadline) or IO, migratable
-//! ones too, wait for it: only a worker fires its own timers and polls its own driver.
+//! move (with `WorkStealing`, every coroutine that has not started yet, and migratable ones),
+//! and until that worker comes back it fires the due timers of the [migratable] coroutines
+//! that parked there, so that their sleeps end on another worker. Coroutines pinned to that
+//! worker (every started one that is not migratable) wait for it, and so does IO registered
+//! with its driver, migratable coroutines' too: only a worker polls its own driver.
+//! `RoundRobin` has no stealing: what was dealt to the stuck worker waits for it.
+//!
+//! [migratable]: Builder::migratable
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 // Builds that leave a feature out leave some shared helpers unused.
@@ -190,6 +196,7 @@ mod carrier;
 mod coop;
 mod current;
 mod future;
+mod handoff;
 mod io;
 mod join;
 mod join_cell;

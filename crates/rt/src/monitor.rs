@@ -11,15 +11,14 @@
 //! the [`log`] facade at `warn` (target `spindle_rt::monitor`). A sleeping worker is then woken so
 //! that it can steal the stuck worker's *queued* stealable coroutines (with work-stealing,
 //! every coroutine that has not started yet, and migratable ones); coroutines pinned to the
-//! stuck worker wait for it.
+//! stuck worker wait for it. From the report until the worker's coroutine switches again,
+//! every tick also fires the stuck worker's due timers of migratable coroutines (its movable
+//! wheel), which queues those coroutines where an idle worker takes them: Go's stealing Ps
+//! run other Ps' timers the same way. What may move and why it is sound: see `handoff`.
 //!
-//! What the stuck worker alone can bring back waits for it too, migratable or not: a
-//! coroutine sleeping on a timer of its wheel (`sleep`, `park_timeout`, any deadline: only the
-//! worker that armed a timer fires it) or waiting for IO registered with its driver (only it
-//! polls its driver). A migratable one is handed off only when something else wakes it (a
-//! channel, a lock, `unpark` from another thread): it is then queued where the waker runs.
-//! Go also runs other Ps' due timers when it steals; here that would need the timers of
-//! migratable coroutines in a wheel every worker can fire, which is not done.
+//! IO that a coroutine waits for, migratable or not, waits for the stuck worker: only it
+//! polls its driver. So do the timers of pinned coroutines (firing one would only queue the
+//! coroutine to the stuck worker).
 //!
 //! It also advances each worker's slice epoch every 10 ms, and at every tick exhausts the
 //! operation budget of a slice that began two epochs ago or more: its coroutine has used its
@@ -286,8 +285,15 @@ fn watch(
                 *s = Seen::fresh(resumes, now);
                 continue;
             }
-            if !s.reported
-                && now.duration_since(s.since) >= threshold
+            if s.reported {
+                // Still stuck: its migratable coroutines' due timers fire here (see `handoff`).
+                let due = shared.movable_timers[w].take_due(now);
+                if !due.is_empty() {
+                    crate::handoff::fire(&shared, None, due);
+                }
+                continue;
+            }
+            if now.duration_since(s.since) >= threshold
                 && confirm_stuck(s, c.tid.load(Ordering::Relaxed), threshold)
             {
                 s.reported = true;
@@ -308,9 +314,14 @@ fn watch(
                     }
                     None => log::warn!("{report}"),
                 }
-                // Let a sleeping worker take over what can be stolen.
+                // Let a sleeping worker take over what can be stolen, and what timers of the
+                // stuck worker are due already.
                 if let Some(v) = shared.idle.notify_any() {
                     shared.unpark(v);
+                }
+                let due = shared.movable_timers[w].take_due(now);
+                if !due.is_empty() {
+                    crate::handoff::fire(&shared, None, due);
                 }
             }
         }

@@ -275,9 +275,13 @@ impl RuntimeBuilder {
     }
 
     /// How long a coroutine may run without suspending before the monitor reports it (once
-    /// per run, naming it: through the `log` facade, or to [`on_stuck`]) and wakes a sleeping worker to take over what can be stolen from
-    /// its worker; `None` turns the report (and that wake-up) off. Default 10 ms. The monitor
-    /// thread runs either way: it also ends time slices (see [`consume_budget`]).
+    /// per run, naming it: through the `log` facade, or to [`on_stuck`]) and wakes a sleeping
+    /// worker to take over what can be stolen from its worker; until the coroutine suspends,
+    /// the monitor also fires that worker's due timers of [migratable] coroutines, which then
+    /// wake elsewhere. `None` turns the report (and that hand-off) off. Default 10 ms. The
+    /// monitor thread runs either way: it also ends time slices (see [`consume_budget`]).
+    ///
+    /// [migratable]: crate::Builder::migratable
     ///
     /// [`consume_budget`]: crate::consume_budget
     /// [`on_stuck`]: RuntimeBuilder::on_stuck
@@ -481,9 +485,12 @@ impl RuntimeBuilder {
             stop: AtomicBool::new(false),
             stacks,
             sized_stacks: Mutex::new(HashMap::new()),
-            timer_inboxes: (0..workers)
-                .map(|_| worker::TimerInbox::default())
-                .collect(),
+            movable_timers: {
+                let origin = std::time::Instant::now();
+                (0..workers)
+                    .map(|_| crate::handoff::MovableTimers::new(origin))
+                    .collect()
+            },
             blocking: BlockingPool::new(self.blocking_threads, self.blocking_keep_alive),
             stuck_threshold: self.stuck_threshold,
             shared_stack_size: self.shared_stack_size,
@@ -657,9 +664,9 @@ pub(crate) struct Shared {
     /// Pools of the stack sizes coroutines asked for other than `stacks`' (see
     /// [`Shared::pool_of_size`]), by size.
     pub(crate) sized_stacks: Mutex<HashMap<usize, StackPool>>,
-    /// Per worker: timers of its wheel to cancel, sent by other workers (see
-    /// `worker::TimerInbox`).
-    pub(crate) timer_inboxes: Vec<worker::TimerInbox>,
+    /// Per worker: the timers of migratable coroutines that parked on it, which other threads
+    /// may fire while the worker is stuck (see `handoff`).
+    pub(crate) movable_timers: Vec<crate::handoff::MovableTimers>,
     pub(crate) blocking: BlockingPool,
     pub(crate) stuck_threshold: Option<Duration>,
     /// Bytes of each worker's shared (copying) stack region.

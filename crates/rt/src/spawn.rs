@@ -256,10 +256,12 @@ impl Builder {
     /// Shared (copying) stacks never migrate; this option does not apply to them.
     ///
     /// A migratable coroutine moves when another worker takes it from a queue (after a yield
-    /// or a wake-up). Its sleeps (and waits with a deadline) end only when the worker it parked
-    /// on fires the timer, and the IO it waits for is dispatched by that worker's driver: while
-    /// that worker is kept by a coroutine that does not suspend, such a wait lasts until the
-    /// worker comes back, although another one may be idle (see "Fairness" in the crate docs).
+    /// or a wake-up). The timer of its sleeps (and waits with a deadline) is armed where other
+    /// threads may fire it: while the worker it parked on is kept by a coroutine that does not
+    /// suspend, the monitor fires it once the stuck threshold has passed, and the coroutine
+    /// wakes on another worker (see "Fairness" in the crate docs; not with
+    /// `stuck_threshold(None)`). The IO it waits for is dispatched by that worker's driver
+    /// only: such a wait lasts until the worker comes back, although another one may be idle.
     ///
     /// A [`CancelGuard`](crate::CancelGuard) it makes ends its deferral only when the coroutine
     /// itself drops it: one that other code drops (a thread-local can carry it) leaves the

@@ -25,8 +25,8 @@
 
 use std::cell::{Cell, RefCell};
 use std::ptr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
@@ -35,6 +35,7 @@ use spindle_park::{Hook, Wake};
 use spindle_sched::{Popped, Reason};
 use spindle_timer::{TimerKey, TimerWheel};
 
+use crate::handoff::{MOVABLE, TimerEntry};
 use crate::io::Resolved;
 use crate::metrics::WorkerCounters;
 use crate::runtime::{Shared, WorkerUnpark};
@@ -67,26 +68,6 @@ const TIMER_CHECK_EVERY: u32 = 16;
 /// The driver is polled (without blocking) every this many loop iterations while the worker
 /// is busy (tokio's choice: a prime, so that it does not beat with other periods).
 const DRIVER_POLL_EVERY: u32 = 61;
-
-/// A timer armed by a park with a deadline.
-pub(crate) struct TimerEntry {
-    task: TaskRef,
-    seq: u64,
-}
-
-/// Timers of one worker's wheel that other workers want cancelled: a migratable coroutine that
-/// resumed on another worker than the one that armed its park's timer sends the key here
-/// (only the owner touches its wheel). Otherwise the entry, and the task reference it holds,
-/// would stay until the deadline: one per migration, keeping a finished task's block alive.
-/// The owner takes them in [`WorkerCtx::fire_timers`] and before it sleeps; a key whose timer
-/// has fired meanwhile matches nothing (keys carry a generation).
-#[derive(Default)]
-#[repr(align(128))] // The owner reads `pending` often; other workers' inboxes write theirs.
-pub(crate) struct TimerInbox {
-    /// `keys` is not empty (written under its lock; read without it as a hint).
-    pending: AtomicBool,
-    keys: Mutex<Vec<TimerKey>>,
-}
 
 /// The state of one worker, on its own thread.
 pub(crate) struct WorkerCtx {
@@ -355,6 +336,7 @@ pub(crate) fn run(
     };
     // Timers still armed hold tasks; drop them here, on the worker.
     drop(ctx.timers.borrow_mut().clear());
+    drop(ctx.shared.movable_timers[index].clear());
     // Idle carriers give their stacks back to the pool now, while the thread's stack cache is
     // still there to take them (and before shutdown trims the pool).
     ctx.carriers.clear(&ctx.shared);
@@ -484,19 +466,16 @@ impl WorkerCtx {
                 }
             }
             shared.idle.prepare_sleep(self.index);
-            // Timer cancels sent by other workers count as work: the sender wakes this worker
-            // only if it sees it asleep (`cancel_remote_timer`), the other side of this look.
-            if shared.policy.has_work(self.index)
-                || shared.stop.load(Ordering::Acquire)
-                || shared.timer_inboxes[self.index]
-                    .pending
-                    .load(Ordering::Relaxed)
-            {
+            if shared.policy.has_work(self.index) || shared.stop.load(Ordering::Acquire) {
                 shared.idle.cancel_sleep(self.index);
                 shared.monitor.worker_awake();
                 continue;
             }
             let mut deadline = self.timers.borrow().next_deadline();
+            // Only this worker arms timers in its movable wheel: nothing armed since is missed.
+            if let Some(at) = shared.movable_timers[self.index].next_deadline() {
+                deadline = Some(deadline.map_or(at, |d| d.min(at)));
+            }
             // A worker holding more freed task blocks or idle stacks than it keeps when idle
             // wakes up after `IDLE_RELEASE_AFTER` without work to give them back (once: then
             // it holds little). Not at once: a worker sleeps between every two bursts of a
@@ -558,11 +537,13 @@ impl WorkerCtx {
     /// Fires every due timer. `now`: the caller's reading of the clock, if it has one; else
     /// the clock is read only when a timer is pending (the busy loop asks every 16 tasks).
     fn fire_timers(&self, now: Option<Instant>) {
-        if self.shared.timer_inboxes[self.index]
-            .pending
-            .load(Ordering::Relaxed)
-        {
-            self.take_remote_cancels();
+        let mut now = now;
+        let movable = &self.shared.movable_timers[self.index];
+        if movable.any() {
+            let due = movable.take_due(*now.get_or_insert_with(Instant::now));
+            if !due.is_empty() {
+                crate::handoff::fire(&self.shared, Some(self.index), due);
+            }
         }
         let mut due = Vec::new();
         {
@@ -576,16 +557,7 @@ impl WorkerCtx {
             }
             timers.advance(now, |_, entry| due.push(entry));
         }
-        for entry in due {
-            if entry.task.header().timer_fired(entry.seq) {
-                // SAFETY: `timer_fired` moved it out of idle: the idle state's reference is
-                // ours. (The entry's own reference is dropped below.)
-                let task = unsafe { entry.task.idle_reference() };
-                // In the order they were due: not through the run-next slot.
-                self.shared
-                    .schedule_from(Some(self.index), task, Reason::WokenByWorker);
-            }
-        }
+        crate::handoff::fire(&self.shared, Some(self.index), due);
     }
 
     /// Runs a popped task until it suspends or finishes, and queues it or leaves it idle.
@@ -660,15 +632,19 @@ impl WorkerCtx {
                 // Before the task can be seen idle, or woken and run elsewhere.
                 self.register_once(&task);
                 if let Some(deadline) = deadline {
-                    let seq = header.park_seq.load(Ordering::Relaxed);
-                    let key = self.timers.borrow_mut().insert(
-                        deadline,
-                        TimerEntry {
-                            task: task.clone(),
-                            seq,
-                        },
-                    );
-                    header.timer.set(Some((self.index, key)));
+                    let entry = TimerEntry {
+                        task: task.clone(),
+                        seq: header.park_seq.load(Ordering::Relaxed),
+                    };
+                    // A migratable task's timer goes where other threads may fire it while
+                    // this worker is kept by a coroutine (see `handoff`).
+                    let at = if header.migratable {
+                        let key = self.shared.movable_timers[self.index].insert(deadline, entry);
+                        (self.index | MOVABLE, key)
+                    } else {
+                        (self.index, self.timers.borrow_mut().insert(deadline, entry))
+                    };
+                    header.timer.set(Some(at));
                 }
                 // Invariant 1: published as idle only now that its context is saved.
                 if header.park_done() {
@@ -806,48 +782,6 @@ impl WorkerCtx {
     /// Cancels a timer of this worker (a parked task was woken before its deadline).
     fn cancel_timer(&self, key: TimerKey) {
         drop(self.timers.borrow_mut().cancel(key));
-    }
-
-    /// Asks worker `owner` (not this one) to cancel the timer `key` of its wheel: the timer of
-    /// a park that a migratable coroutine resumed from here. Wakes the owner if it sleeps, so
-    /// that the task reference in the entry goes at once.
-    #[cold]
-    #[inline(never)]
-    fn cancel_remote_timer(&self, owner: usize, key: TimerKey) {
-        let shared = &*self.shared;
-        let Some(inbox) = shared.timer_inboxes.get(owner) else {
-            return;
-        };
-        {
-            let mut keys = crate::task::lock(&inbox.keys);
-            keys.push(key);
-            inbox.pending.store(true, Ordering::Relaxed);
-        }
-        // `notify_worker` fences before it looks: either it sees the owner asleep (and
-        // unparks it), or the owner's look at `pending` after announcing its sleep sees ours.
-        if shared.idle.notify_worker(owner) {
-            shared.unpark(owner);
-        }
-    }
-
-    /// Cancels the timers other workers sent to this one (see [`TimerInbox`]).
-    #[cold]
-    fn take_remote_cancels(&self) {
-        let inbox = &self.shared.timer_inboxes[self.index];
-        let keys = {
-            let mut keys = crate::task::lock(&inbox.keys);
-            inbox.pending.store(false, Ordering::Relaxed);
-            std::mem::take(&mut *keys)
-        };
-        // The entries' task references are dropped outside the wheel's borrow (a drop may
-        // free a task, whose destructors may run code).
-        let cancelled: Vec<_> = {
-            let mut timers = self.timers.borrow_mut();
-            keys.into_iter()
-                .filter_map(|key| timers.cancel(key))
-                .collect()
-        };
-        drop(cancelled);
     }
 }
 
@@ -998,16 +932,25 @@ fn park_current(header: *const Header, deadline: Option<Instant>) -> Wake {
         return Wake::Woken;
     }
     // Resumed — possibly on another worker if the task is migratable: use no worker state
-    // from before the switch. The timer is cancelled wherever it lives: on another worker, by
-    // that worker (the cold path, migratable tasks only).
+    // from before the switch. A migratable task's timer is in the movable wheel of the worker
+    // it parked on, which any thread may cancel from; any other task's is in the own wheel of
+    // its home worker, where it resumed.
     if let Some((worker, key)) = header.timer.take()
         && let Some(ctx) = current()
         && header.belongs_to(&ctx.shared)
     {
-        if ctx.index == worker {
+        if worker & MOVABLE != 0 {
+            cancel_movable_timer(&ctx.shared, worker & !MOVABLE, key);
+        } else if ctx.index == worker {
             ctx.cancel_timer(key);
         } else {
-            ctx.cancel_remote_timer(worker, key);
+            // Not reached: a task that is not migratable resumes on its home worker, which
+            // armed the timer. (Left alone, the entry fires at its deadline and finds the park
+            // over; a key of another worker's wheel must not be cancelled in this one.)
+            debug_assert!(
+                false,
+                "a pinned task resumed away from the worker of its timer"
+            );
         }
     }
     // Something moved the task out of idle: a wake-up (which leaves no permit then: the resume
@@ -1019,6 +962,16 @@ fn park_current(header: *const Header, deadline: Option<Instant>) -> Wake {
         crate::coop::cancel_unwind(header);
     }
     wake
+}
+
+/// Cancels timer `key` of worker `owner`'s movable wheel (a migratable task's park resumed).
+#[cold]
+#[inline(never)]
+fn cancel_movable_timer(shared: &Shared, owner: usize, key: TimerKey) {
+    if let Some(timers) = shared.movable_timers.get(owner) {
+        // The entry's task reference is dropped after the wheel's lock.
+        drop(timers.cancel(key));
+    }
 }
 
 /// Switches from the running coroutine back to its worker with `why`. Returns false, without
