@@ -382,3 +382,36 @@ fn blocking_pool_threads_pass_file_calls_through() {
         })
     });
 }
+
+/// A coroutine cancelled while its `open` of a FIFO runs on the blocking pool: the open
+/// completes first (the pool thread holds the coroutine's path until the FIFO's writer
+/// comes), returns its descriptor, and the coroutine ends cancelled at its next cancellation
+/// point.
+#[test]
+fn a_cancelled_offloaded_call_finishes_before_the_coroutine_ends() {
+    let path = TempPath::new("fifo-cancel");
+    let c = CString::new(path.0.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let rt = runtime(1, spindle_rt::IoBackend::Epoll);
+    let p = path.0.clone();
+    watchdog(Duration::from_secs(30), move || {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = p.clone();
+        let h = rt.spawn(move || {
+            let r = File::open(&reader).map_err(|e| e.raw_os_error());
+            tx.send(r.is_ok()).unwrap();
+            spindle_rt::yield_now();
+            unreachable!("cancelled at the yield");
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        h.cancel();
+        // The open is still waiting for a writer: the coroutine has not ended.
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!h.is_finished(), "ended while its open was still running");
+        assert!(rx.try_recv().is_err());
+        let _w = OpenOptions::new().write(true).open(&p).unwrap();
+        assert!(h.join().unwrap_err().is_cancelled());
+        assert!(rx.recv().unwrap(), "the open failed");
+    });
+}

@@ -253,15 +253,15 @@ fn classify(fd: c_int) -> usize {
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
         return UNKNOWN;
     }
-    let kind = st.st_mode & libc::S_IFMT;
-    if kind == libc::S_IFREG || kind == libc::S_IFBLK {
-        // Its mode is not changed: a file is the same to every process that shares it.
-        return FILE;
-    }
     if fd <= 2 {
         // Standard streams are often shared with other processes (a terminal, a shell's
-        // pipe): their mode is not ours to change.
+        // pipe): their mode is not ours to change. Nor are they sent to the blocking pool
+        // when they are files: panic and abort messages, and fault handlers, write to them.
         return PASS;
+    }
+    let kind = st.st_mode & libc::S_IFMT;
+    if kind == libc::S_IFREG || kind == libc::S_IFBLK {
+        return FILE;
     }
     if kind != libc::S_IFSOCK && kind != libc::S_IFIFO {
         return PASS;
@@ -348,6 +348,10 @@ fn offloads(fd: c_int) -> bool {
 /// make sure that `job` does not touch the stack of a coroutine on a copying stack
 /// ([`spindle_park::on_copying_stack`]): that stack's bytes are moved out while it is parked.
 fn offload_call(job: impl FnOnce() -> isize + Send + Copy) -> isize {
+    if on_signal_stack() {
+        // A fault handler (a stack overflow's report, say): no allocation, no suspension.
+        return job();
+    }
     let job = move || {
         let r = job();
         (r, if r < 0 { sys::errno() } else { 0 })
@@ -358,6 +362,16 @@ fn offload_call(job: impl FnOnce() -> isize + Send + Copy) -> isize {
         sys::set_errno(e);
     }
     r
+}
+
+/// Whether the thread runs on its alternate signal stack: in a signal handler (fault handlers
+/// run there), where a call must not allocate or suspend.
+fn on_signal_stack() -> bool {
+    // SAFETY: all-zero is a valid stack_t.
+    let mut ss: libc::stack_t = unsafe { std::mem::zeroed() };
+    // SAFETY: no new stack; `ss` is valid to write.
+    let r = unsafe { libc::sigaltstack(std::ptr::null(), &mut ss) };
+    r == 0 && ss.ss_flags & libc::SS_ONSTACK != 0
 }
 
 /// Which readiness a call waits for.
