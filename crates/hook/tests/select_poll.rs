@@ -329,6 +329,40 @@ fn select_timeout_clears_the_sets() {
     }
 }
 
+/// `select` without descriptors is a sleep of the coroutine alone, as `ppoll` without any is.
+#[test]
+fn select_and_ppoll_without_descriptors_sleep_in_the_coroutine() {
+    for io in backends() {
+        let rt = runtime(1, io);
+        watchdog(Duration::from_secs(30), move || {
+            rt.block_on(|| {
+                let ticker = Ticker::start();
+                let mut t = tv(Duration::from_millis(100));
+                let start = Instant::now();
+                // SAFETY: no sets, a valid timeout.
+                let n = unsafe {
+                    libc::select(
+                        0,
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                        &mut t,
+                    )
+                };
+                assert_eq!(n, 0);
+                assert_eq!((t.tv_sec, t.tv_usec), (0, 0));
+                let t = ts(Duration::from_millis(100));
+                // SAFETY: no descriptors, a valid timeout.
+                let n = unsafe { libc::ppoll(std::ptr::null_mut(), 0, &t, std::ptr::null()) };
+                assert_eq!(n, 0);
+                let took = start.elapsed();
+                assert!(took >= Duration::from_millis(200), "{took:?}");
+                assert!(ticker.count() >= 40, "ticks: {}", ticker.count());
+            })
+        });
+    }
+}
+
 /// A closed descriptor in a set fails with `EBADF` and leaves the sets as they were, in a
 /// coroutine as on a thread.
 #[test]

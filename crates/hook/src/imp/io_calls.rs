@@ -593,6 +593,11 @@ unsafe fn coroutine_select(
     limit: Option<Duration>,
 ) -> (c_int, Option<Instant>) {
     let deadline = limit.and_then(|d| Instant::now().checked_add(d));
+    if nfds == 0 || sets.iter().all(|s| s.is_null()) {
+        // No descriptors: a sleep (old C code's sub-second sleep).
+        coroutine_sleep_until(deadline);
+        return (0, deadline);
+    }
     let bytes = set_bytes(nfds);
     let mut saved = [const { Vec::<u8>::new() }; 3];
     for (copy, &set) in saved.iter_mut().zip(&sets) {
