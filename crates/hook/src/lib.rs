@@ -40,7 +40,9 @@
 //! * **suspends the calling coroutine** inside a runtime coroutine (`spindle_park::in_task`):
 //!   sleeps park until the deadline; a call on a socket or pipe that would block waits for the
 //!   descriptor's readiness on the worker's IO driver (an epoll registration, an io_uring poll
-//!   operation, or the blocking pool in a runtime without a driver), then runs again.
+//!   operation, or the blocking pool in a runtime without a driver), then runs again; a call
+//!   that cannot be polled (a regular file, `open`, `getaddrinfo`) runs on the runtime's
+//!   blocking pool while the coroutine waits.
 //!
 //! The first time a coroutine makes a call on a descriptor, the hook looks at it (`fstat`,
 //! `fcntl(F_GETFL)`): a socket or FIFO in blocking mode is *managed* from then on — put in
@@ -50,9 +52,11 @@
 //! every `spindle_io` source, so the runtime's own IO never comes back through the hook). A
 //! managed descriptor keeps behaving as a blocking one for everybody: a call that finds it not
 //! ready waits in the coroutine, or, on a plain thread, in `poll(2)`, and `fcntl(F_GETFL)`
-//! does not show the `O_NONBLOCK` the hook added. The table follows the descriptor's life
-//! through the interposed `close`, `dup`, `dup2`, `dup3`, `fcntl(F_DUPFD*)`, `socket`,
-//! `socketpair`, `pipe`, `pipe2`, `accept` and `accept4`.
+//! does not show the `O_NONBLOCK` the hook added. Regular files and block devices (above
+//! descriptor 2) are recorded as *files*: a coroutine's calls on them go to the blocking pool.
+//! The table follows the descriptor's life through the interposed `close`, `dup`, `dup2`,
+//! `dup3`, `fcntl(F_DUPFD*)`, `socket`, `socketpair`, `pipe`, `pipe2`, `accept`, `accept4`,
+//! `open` and `openat`.
 //!
 //! # What is covered
 //!
@@ -70,13 +74,33 @@
 //!   asks not to wait (`MSG_DONTWAIT`), and every call on a descriptor the application made
 //!   non-blocking (`fcntl(F_SETFL, O_NONBLOCK)`, `ioctl(FIONBIO)`, `SOCK_NONBLOCK`), passes
 //!   through and returns `EAGAIN`.
-//! * `poll` in a coroutine: one descriptor waiting in one direction waits on the driver; other
-//!   sets are polled again every millisecond while the coroutine sleeps in between; an empty
-//!   set with a timeout is a sleep.
+//! * `poll`, `ppoll`, `select` and `pselect` in a coroutine: one descriptor waiting in one
+//!   direction waits on the driver; other sets are polled again every millisecond while the
+//!   coroutine sleeps in between; an empty `poll` set with a timeout is a sleep. Each look is
+//!   the system call with a zero timeout, so results, `errno` (`EBADF` for a closed descriptor
+//!   in a `select` set, `EINVAL` for a bad timeout or a negative `nfds`) and the rewritten
+//!   `revents` and `fd_set`s (the ready descriptors; all clear on a timeout; untouched on an
+//!   error) are the kernel's. `select` writes the time left into its timeout, as Linux does;
+//!   `ppoll` and `pselect` leave theirs alone, as glibc does. **A signal mask** (`ppoll`'s and
+//!   `pselect`'s last argument) belongs to the thread and is swapped atomically with the wait
+//!   by the kernel; a coroutine cannot have it alone, so a call with a mask passes through and
+//!   blocks the worker thread, with exactly the kernel's semantics.
+//! * Files, on the blocking pool: `read`, `readv`, `write`, `writev`, `pread`, `pwrite`,
+//!   `fsync` and `fdatasync` on a regular file or block device; `open` and `openat` of
+//!   anything (a FIFO's open waits for its other end, a network file system's for the
+//!   server); `getaddrinfo` (std's `ToSocketAddrs`, every resolver on the C library), which the
+//!   hook reaches as the C library's own through `dlsym(RTLD_NEXT)`. The call returns the
+//!   pool thread's result and `errno`. The coroutine waits until the call is done, also when
+//!   cancelled meanwhile (the cancellation is carried out after it: see below). On
+//!   a copying stack the buffers go through the heap, at most 1 MiB per call: a larger read
+//!   or write returns a shorter count, as a file call may (`read_exact`, `write_all` and C's
+//!   stdio carry on). The pool's own threads are not coroutines: their calls pass through, so
+//!   an offloaded call never comes back to the pool.
 //! * Cancellation: a hooked call never unwinds (it returns through a C ABI). A cancelled
-//!   coroutine's sleep ends at once as if its time had passed, and a socket call fails with
-//!   `ECANCELED`; the cancellation itself is carried out at the next cancellation point of the
-//!   coroutine outside the hook.
+//!   coroutine's sleep ends at once as if its time had passed, a socket call (and a `poll` or
+//!   `select`) fails with `ECANCELED`, and an offloaded call returns when the pool thread has
+//!   finished it; the cancellation itself is carried out at the next cancellation point of
+//!   the coroutine outside the hook.
 //!
 //! # What is not covered
 //!
@@ -90,45 +114,57 @@
 //!   linker finds first, which is the executable's symbol only if it is exported — Rust
 //!   executables do not export them), the C library's internal calls (`fread`, `getaddrinfo`,
 //!   ...), raw `syscall(2)`, io_uring, and `vDSO` calls.
-//! * **What cannot be polled.** Regular files, directories and terminals pass through and
-//!   block the worker, as do `open`, `getaddrinfo` (std's `ToSocketAddrs` for host names) and
-//!   `fsync`; offloading them to the blocking pool is a later step. So do futexes (std's
-//!   `Mutex`, `Condvar`, channels: use `spindle_sync`), `ppoll`, `select`, `epoll_wait`, and
-//!   CPU loops. Anonymous-inode descriptors (`eventfd`, `timerfd`, `signalfd`) are left alone.
+//! * **What still blocks the worker.** The standard streams (descriptors 0–2) even when they
+//!   are files, directories and terminals; `preadv`/`pwritev`, `sendfile`, `copy_file_range`,
+//!   `stat` and the other path calls but `open`; `waitpid` (std's `Child::wait`); futexes
+//!   (std's `Mutex`, `Condvar`, channels: use `spindle_sync`), `epoll_wait`, and CPU loops.
+//!   Anonymous-inode descriptors (`eventfd`, `timerfd`, `signalfd`) are left alone. On io_uring
+//!   the offloaded file calls go to the blocking pool too, not to the ring.
 //! * **Shared file descriptions.** `O_NONBLOCK` belongs to the open file description, not the
 //!   descriptor: a managed socket passed to another process (inherited without
 //!   `FD_CLOEXEC`, sent over a Unix socket) is non-blocking there too. std opens everything
 //!   close-on-exec; descriptors 0–2 are never managed.
 //! * **Descriptors closed behind the hook's back** (the raw system call, io_uring's close,
 //!   `close_range`) keep their entry until the number is reused by one of the interposed
-//!   calls that make descriptors; a number reused by another call (`open`, `eventfd`, ...)
-//!   may briefly be taken for its predecessor. A coroutine parked on a descriptor that is
+//!   calls that make descriptors; a number reused by another call (`eventfd`, `epoll_create`,
+//!   ...) may briefly be taken for its predecessor. A coroutine parked on a descriptor that is
 //!   closed under it stays parked until its timeout, as a thread blocked in `read` on Linux
 //!   does.
 //! * **Signal handlers.** The pass-through path takes no lock and allocates nothing, so a
 //!   handler may call `write` and friends. A handler that interrupts a coroutine and calls a
 //!   sleep, or a blocking call on a managed descriptor, would park the coroutine inside the
-//!   handler: keep handlers to non-blocking calls, as POSIX advises. `close` of a managed
-//!   descriptor that a coroutine has waited on releases that wait's registration (a lock and
-//!   possibly a free): not for a handler.
+//!   handler: keep handlers to non-blocking calls, as POSIX advises. The same holds for a
+//!   file: a handler on the coroutine's stack that writes to a regular file (above descriptor
+//!   2) would send the write to the blocking pool; one on the alternate signal stack (fault
+//!   handlers) writes directly. `close` of a managed descriptor that a coroutine has waited on
+//!   releases that wait's registration (a lock and possibly a free): not for a handler.
 //! * **Sanitizers and other interposers.** ASan, TSan and `LD_PRELOAD` libraries that intercept
 //!   the same calls are bypassed (the pass-through is the system call).
 //! * **Vectored writes.** `writev` and `sendmsg` on a stream may return a partial count
 //!   where the blocking call would have waited to send everything (std's
 //!   `write_all_vectored` carries on; C code that counts on whole vectored writes to a
 //!   blocking socket would not).
-//! * **`EINTR`.** A signal that interrupts a wait in a coroutine does not end the call (the
-//!   coroutine was not in the kernel); outside coroutines the system call's `EINTR` is
-//!   returned as is. Hooked calls are not `pthread_cancel` cancellation points.
+//! * **`EINTR`.** A signal handled while a coroutine waits does not end the coroutine's call,
+//!   `poll` and `select` included: the coroutine was not in the kernel, and the signal
+//!   interrupts whatever the worker thread was doing instead (to the coroutine it is as if the
+//!   signal had gone to another thread, which a process-directed signal may). Outside
+//!   coroutines the system call's `EINTR` is returned as is. Hooked calls are not
+//!   `pthread_cancel` cancellation points.
 //!
 //! # Soundness
 //!
 //! The interposed functions are `unsafe extern "C"` and trust their callers as the C library
 //! does (pointers valid for the lengths given). They never unwind (a panic would abort at the
-//! C boundary, so the code on the path does not panic), never lend the caller's buffers across
-//! a suspension (each attempt is a plain non-blocking system call while the coroutine runs, so
-//! coroutines on copying stacks are fine), and keep the caller's `errno` contract: it is set
-//! last, right before `-1` is returned. Global state is one pointer to the descriptor table,
+//! C boundary, so the code on the path does not panic), and keep the caller's `errno` contract:
+//! it is set last, right before `-1` is returned. A socket or pipe call never lends the
+//! caller's buffers across a suspension: each attempt is a plain non-blocking system call
+//! while the coroutine runs. An offloaded call does lend them, to a pool thread, and is sound
+//! because the coroutine cannot leave the call before that thread is done: the hooked
+//! function returns only after the job has stored its result; the park in between never
+//! unwinds (cancellation is deferred); and a runtime shut down meanwhile abandons such a
+//! coroutine with its stack, leaked, never freed. On a copying stack, whose bytes move while
+//! the coroutine is parked, nothing on the stack is lent: buffers are bounced through the
+//! heap and paths and `getaddrinfo`'s arguments copied. Global state is one pointer to the descriptor table,
 //! allocated by [`enable`] and never freed, and two flags; every entry is one atomic word
 //! (state bits, a lock bit, and the descriptor's shared waiting machinery as a reference-counted
 //! pointer).

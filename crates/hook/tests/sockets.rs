@@ -588,3 +588,132 @@ fn a_forked_child_passes_through() {
         drop(a);
     });
 }
+
+/// A listener whose accept queue is full: Linux drops further connection requests, so a
+/// connect to it waits until its timeout. The first connection fills the queue of a
+/// backlog of 0.
+fn full_listener() -> (TcpListener, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    // SAFETY: listen again on a listening socket: only the backlog changes.
+    assert_eq!(unsafe { libc::listen(l.as_raw_fd(), 0) }, 0);
+    let first = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    (l, first)
+}
+
+/// A blocking `connect` on a socket with `SO_SNDTIMEO`: the result and `errno` (Linux:
+/// `EINPROGRESS` when the timeout ends it), and how long it took.
+fn connect_with_send_timeout(to: std::net::SocketAddr, timeout: Duration) -> (i32, i32, Duration) {
+    let std::net::SocketAddr::V4(v4) = to else {
+        panic!("IPv4 only")
+    };
+    // SAFETY: plain socket calls on a descriptor this function owns; valid option and address
+    // structures.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0);
+        let _owned = OwnedFd::from_raw_fd(fd);
+        let tv = libc::timeval {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_usec: timeout.subsec_micros().into(),
+        };
+        let r = libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDTIMEO,
+            (&raw const tv).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        );
+        assert_eq!(r, 0);
+        let sin = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: v4.port().to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(*v4.ip()).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let start = Instant::now();
+        let r = libc::connect(
+            fd,
+            (&raw const sin).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        (r, if r < 0 { e } else { 0 }, start.elapsed())
+    }
+}
+
+/// Connecting to a listener that never answers: std's `connect_timeout` fails with `TimedOut`
+/// after its timeout, and a blocking `connect` with `SO_SNDTIMEO` with `EINPROGRESS`, as on a
+/// thread; only the coroutine waits.
+#[test]
+fn connect_timeout_waits_in_the_coroutine() {
+    let (l, _first) = full_listener();
+    let addr = l.local_addr().unwrap();
+    let on_thread = connect_with_send_timeout(addr, Duration::from_millis(100));
+    assert_eq!((on_thread.0, on_thread.1), (-1, libc::EINPROGRESS));
+    for io in backends() {
+        let rt = runtime(1, io);
+        watchdog(Duration::from_secs(30), move || {
+            rt.block_on(move || {
+                let ticker = Ticker::start();
+                let start = Instant::now();
+                let err =
+                    TcpStream::connect_timeout(&addr, Duration::from_millis(150)).unwrap_err();
+                let took = start.elapsed();
+                assert_eq!(err.kind(), ErrorKind::TimedOut);
+                assert!(took >= Duration::from_millis(150), "{took:?}");
+                assert!(took < Duration::from_secs(5), "{took:?}");
+                assert!(ticker.count() >= 30, "ticks: {}", ticker.count());
+
+                let before = ticker.count();
+                let (r, e, took) = connect_with_send_timeout(addr, Duration::from_millis(100));
+                assert_eq!((r, e), (-1, libc::EINPROGRESS));
+                assert!(took >= Duration::from_millis(100), "{took:?}");
+                assert!(ticker.count() - before >= 20, "ticks: {}", ticker.count());
+            });
+        });
+    }
+    drop(l);
+}
+
+/// `accept` on a listener with `SO_RCVTIMEO` fails with `EAGAIN` (`WouldBlock`) when nobody
+/// connects in time, in a coroutine (which alone waits) as on a thread.
+#[test]
+fn accept_honours_the_receive_timeout() {
+    let timed_accept = || {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let tv = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 100_000,
+        };
+        // SAFETY: a valid option value for an open socket.
+        let r = unsafe {
+            libc::setsockopt(
+                l.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&raw const tv).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(r, 0);
+        let start = Instant::now();
+        let err = l.accept().unwrap_err();
+        (err.raw_os_error(), start.elapsed())
+    };
+    let (on_thread, _) = timed_accept();
+    assert_eq!(on_thread, Some(libc::EAGAIN));
+    for io in backends() {
+        let rt = runtime(1, io);
+        watchdog(Duration::from_secs(30), move || {
+            rt.block_on(move || {
+                let ticker = Ticker::start();
+                let (e, took) = timed_accept();
+                assert_eq!(e, on_thread);
+                assert!(took >= Duration::from_millis(100), "{took:?}");
+                assert!(ticker.count() >= 20, "ticks: {}", ticker.count());
+            })
+        });
+    }
+}

@@ -4,13 +4,15 @@
 use std::time::{Duration, Instant};
 
 use libc::{
-    c_int, c_long, c_ulong, c_void, iovec, msghdr, nfds_t, pollfd, size_t, sockaddr, socklen_t,
-    ssize_t,
+    c_int, c_long, c_ulong, c_void, fd_set, iovec, msghdr, nfds_t, pollfd, sigset_t, size_t,
+    sockaddr, socklen_t, ssize_t, timespec,
 };
 
+use super::files::{offload_transfer, offload_vectored};
 use super::{
-    Dir, MANAGED, PASS, Slot, UNKNOWN, USER_NONBLOCKING, coroutine_sleep_until, coroutine_wait,
-    enabled, finish, in_coroutine, managed, retry, slot, sys, timeout_deadline,
+    Dir, FILE, MANAGED, PASS, Route, Slot, UNKNOWN, USER_NONBLOCKING, coroutine_sleep_until,
+    coroutine_wait, enabled, finish, in_coroutine, managed, retry, route, slot, sys,
+    timeout_deadline,
 };
 
 /// `fcntl(F_GETOWN_EX)` and its owner type for process groups (as `<fcntl.h>` has them).
@@ -87,9 +89,11 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssi
     let mut op = move |_| unsafe {
         sys::call3(libc::SYS_read, fd as c_long, buf as c_long, count as c_long)
     };
-    match managed(fd) {
-        Some(slot) => transfer(fd, slot, Dir::Read, count, false, &mut op),
-        None => op(0),
+    match route(fd) {
+        Route::Wait(slot) => transfer(fd, slot, Dir::Read, count, false, &mut op),
+        // SAFETY: the caller's contract.
+        Route::Offload => unsafe { offload_transfer(libc::SYS_read, fd, buf, count, 0, true) },
+        Route::Pass => op(0),
     }
 }
 
@@ -101,9 +105,11 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, n: c_int) -> ssize_
     // SAFETY: the caller's contract.
     let mut op =
         move |_| unsafe { sys::call3(libc::SYS_readv, fd as c_long, iov as c_long, n as c_long) };
-    match managed(fd) {
-        Some(slot) => transfer(fd, slot, Dir::Read, 0, false, &mut op),
-        None => op(0),
+    match route(fd) {
+        Route::Wait(slot) => transfer(fd, slot, Dir::Read, 0, false, &mut op),
+        // SAFETY: the caller's contract.
+        Route::Offload => unsafe { offload_vectored(fd, iov, n, true) },
+        Route::Pass => op(0),
     }
 }
 
@@ -197,9 +203,13 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: size_t) -> 
             )
         }
     };
-    match managed(fd) {
-        Some(slot) => transfer(fd, slot, Dir::Write, count, true, &mut op),
-        None => op(0),
+    match route(fd) {
+        Route::Wait(slot) => transfer(fd, slot, Dir::Write, count, true, &mut op),
+        // SAFETY: the caller's contract.
+        Route::Offload => unsafe {
+            offload_transfer(libc::SYS_write, fd, buf.cast_mut(), count, 0, false)
+        },
+        Route::Pass => op(0),
     }
 }
 
@@ -211,9 +221,11 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, n: c_int) -> ssize
     // SAFETY: the caller's contract.
     let mut op =
         move |_| unsafe { sys::call3(libc::SYS_writev, fd as c_long, iov as c_long, n as c_long) };
-    match managed(fd) {
-        Some(slot) => transfer(fd, slot, Dir::Write, 0, false, &mut op),
-        None => op(0),
+    match route(fd) {
+        Route::Wait(slot) => transfer(fd, slot, Dir::Write, 0, false, &mut op),
+        // SAFETY: the caller's contract.
+        Route::Offload => unsafe { offload_vectored(fd, iov, n, false) },
+        Route::Pass => op(0),
     }
 }
 
@@ -412,6 +424,83 @@ fn poll_dir(events: i16) -> Option<Dir> {
 /// How often a coroutine's `poll` of several descriptors looks again.
 const POLL_SLICE: Duration = Duration::from_millis(1);
 
+/// In a coroutine: runs `attempt` — a readiness check that does not wait, returning a count >
+/// 0 when something is ready, 0 when nothing is, `-1` with `errno` on an error — until it
+/// reports something or `deadline` passes (then 0: the last attempt found nothing). In
+/// between, only the coroutine waits: on the driver when `single` (asked after the first
+/// attempt, which has checked the arguments) names one managed descriptor waited on in one
+/// direction, otherwise in slices of [`POLL_SLICE`]. The C result.
+fn wait_ready(
+    single: &dyn Fn() -> Option<(c_int, Dir)>,
+    deadline: Option<Instant>,
+    attempt: &mut dyn FnMut() -> isize,
+) -> isize {
+    let now = attempt();
+    if now != 0 {
+        return now;
+    }
+    if let Some((fd, dir)) = single()
+        && let Some(slot) = managed(fd)
+    {
+        let mut ready = || match attempt() {
+            0 => {
+                sys::set_errno(libc::EAGAIN);
+                -1
+            }
+            n => n,
+        };
+        if let Some(done) = coroutine_wait(fd, slot, dir, deadline, &mut ready) {
+            return match done {
+                Ok(n) => n,
+                // The timeout.
+                Err(libc::EAGAIN) => 0,
+                Err(e) => finish(Err(e)),
+            };
+        }
+    }
+    // Several descriptors, or one the driver cannot wait for: look again every slice.
+    let _deferred = spindle_park::defer_cancel();
+    loop {
+        if spindle_park::cancel_requested() {
+            return finish(Err(libc::ECANCELED));
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return 0;
+        }
+        let slice = now + POLL_SLICE;
+        let _ = spindle_park::park_until(deadline.map_or(slice, |d| d.min(slice)));
+        let n = attempt();
+        if n != 0 {
+            return n;
+        }
+    }
+}
+
+/// `poll` and `ppoll` in a coroutine with a non-zero timeout (`deadline`; `None`: none).
+///
+/// # Safety
+///
+/// As `poll(2)`.
+unsafe fn coroutine_poll(fds: *mut pollfd, nfds: nfds_t, deadline: Option<Instant>) -> c_int {
+    if nfds == 0 {
+        // A sleep.
+        coroutine_sleep_until(deadline);
+        return 0;
+    }
+    let single = || {
+        if nfds != 1 {
+            return None;
+        }
+        // SAFETY: one pollfd, which the kernel has just read without a fault.
+        let (fd, events) = unsafe { ((*fds).fd, (*fds).events) };
+        poll_dir(events).map(|dir| (fd, dir))
+    };
+    // SAFETY: the caller's contract.
+    let mut attempt = || unsafe { sys::poll(fds, nfds, Some(Duration::ZERO)) };
+    wait_ready(&single, deadline, &mut attempt) as c_int
+}
+
 /// # Safety
 ///
 /// As `poll(2)`.
@@ -422,59 +511,228 @@ pub unsafe extern "C" fn poll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) ->
         return unsafe { sys::poll(fds, nfds, sys::ms(timeout)) } as c_int;
     }
     let deadline = sys::ms(timeout).and_then(|t| Instant::now().checked_add(t));
-    if nfds == 0 {
-        // A sleep.
-        coroutine_sleep_until(deadline);
-        return 0;
-    }
     // SAFETY: the caller's contract.
-    let now = unsafe { sys::poll(fds, nfds, Some(Duration::ZERO)) };
-    if now != 0 {
-        return now as c_int;
+    unsafe { coroutine_poll(fds, nfds, deadline) }
+}
+
+/// A `timespec` timeout as `ppoll` and `pselect` take it: `Ok(None)` for none (null),
+/// `Err(())` for one the kernel refuses with `EINVAL`.
+fn timespec_timeout(ts: Option<timespec>) -> Result<Option<Duration>, ()> {
+    match ts {
+        None => Ok(None),
+        Some(ts) if ts.tv_sec < 0 || !(0..1_000_000_000).contains(&ts.tv_nsec) => Err(()),
+        Some(ts) => Ok(Some(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))),
     }
-    if nfds == 1 {
-        // SAFETY: the caller's contract: one valid pollfd.
-        let (fd, events) = unsafe { ((*fds).fd, (*fds).events) };
-        if let Some(dir) = poll_dir(events)
-            && let Some(slot) = managed(fd)
-        {
-            let mut ready = || {
-                // SAFETY: the caller's contract.
-                match unsafe { sys::poll(fds, 1, Some(Duration::ZERO)) } {
-                    0 => {
-                        sys::set_errno(libc::EAGAIN);
-                        -1
-                    }
-                    n => n,
+}
+
+/// `ppoll(2)`. In a coroutine, with no signal mask, it is `poll` with a finer timeout. A
+/// signal mask cannot be applied to a coroutine alone (the mask is the thread's, and the
+/// kernel swaps it atomically with the wait), so a call with one passes through and blocks
+/// the worker thread, with exactly the kernel's semantics. The timeout is not written back
+/// (glibc hands the kernel a copy).
+///
+/// # Safety
+///
+/// As `ppoll(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ppoll(
+    fds: *mut pollfd,
+    nfds: nfds_t,
+    timeout: *const timespec,
+    sigmask: *const sigset_t,
+) -> c_int {
+    // SAFETY: the caller's contract: `timeout` is null or valid to read (glibc copies it too).
+    let ts = unsafe { timeout.as_ref() }.copied();
+    let pass = || {
+        // SAFETY: the caller's contract; the timeout is a local copy.
+        unsafe { sys::ppoll(fds, nfds, ts, sigmask) as c_int }
+    };
+    if !sigmask.is_null() || !enabled() || !in_coroutine() {
+        return pass();
+    }
+    match timespec_timeout(ts) {
+        Ok(Some(d)) if d.is_zero() => pass(),
+        // An invalid timeout: the kernel's EINVAL.
+        Err(()) => pass(),
+        Ok(limit) => {
+            let deadline = limit.and_then(|d| Instant::now().checked_add(d));
+            // SAFETY: the caller's contract.
+            unsafe { coroutine_poll(fds, nfds, deadline) }
+        }
+    }
+}
+
+/// Bytes of an `fd_set` that the kernel reads and rewrites for `nfds` descriptors (whole
+/// `long`s).
+fn set_bytes(nfds: c_int) -> usize {
+    let bits = c_long::BITS as usize;
+    (nfds.max(0) as usize).div_ceil(bits) * (bits / 8)
+}
+
+/// Whether descriptor `fd` is in `set`, the bytes of an `fd_set` (empty: a null set).
+fn in_set(set: &[u8], fd: c_int) -> bool {
+    let bits = c_long::BITS as usize;
+    let (word, bit) = (fd as usize / bits, fd as usize % bits);
+    let bytes = bits / 8;
+    set.get(word * bytes..(word + 1) * bytes)
+        .is_some_and(|w| c_ulong::from_ne_bytes(w.try_into().unwrap_or_default()) & (1 << bit) != 0)
+}
+
+/// `select` and `pselect` in a coroutine with a non-zero timeout (`limit`; `None`: none):
+/// the result, and the time left (for `select`'s timeout, which Linux rewrites). Each attempt
+/// is the system call with a zero timeout on the caller's sets, restored first from a copy,
+/// so that the sets are rewritten as the kernel rewrites them: the ready descriptors on
+/// success, all clear on a timeout, untouched on an error.
+///
+/// # Safety
+///
+/// As `select(2)`; `nfds >= 0`.
+unsafe fn coroutine_select(
+    nfds: c_int,
+    sets: [*mut fd_set; 3],
+    limit: Option<Duration>,
+) -> (c_int, Option<Instant>) {
+    let deadline = limit.and_then(|d| Instant::now().checked_add(d));
+    if nfds == 0 || sets.iter().all(|s| s.is_null()) {
+        // No descriptors: a sleep (old C code's sub-second sleep).
+        coroutine_sleep_until(deadline);
+        return (0, deadline);
+    }
+    let bytes = set_bytes(nfds);
+    let mut saved = [const { Vec::<u8>::new() }; 3];
+    for (copy, &set) in saved.iter_mut().zip(&sets) {
+        if set.is_null() {
+            continue;
+        }
+        if copy.try_reserve_exact(bytes).is_err() {
+            return (finish(Err(libc::ENOMEM)) as c_int, deadline);
+        }
+        // SAFETY: the caller's contract: each set is valid for `nfds` bits.
+        copy.extend_from_slice(unsafe { std::slice::from_raw_parts(set.cast::<u8>(), bytes) });
+    }
+    // One descriptor in one direction waits on the driver.
+    let single = || {
+        let mut single = None;
+        let mut count = 0;
+        for fd in 0..nfds {
+            // The copies: the attempts rewrite the sets themselves.
+            for (i, set) in saved.iter().enumerate() {
+                if in_set(set, fd) {
+                    count += 1;
+                    single = match i {
+                        0 => Some((fd, Dir::Read)),
+                        1 => Some((fd, Dir::Write)),
+                        // Exceptional conditions (out-of-band data): looked at in slices.
+                        _ => None,
+                    };
                 }
-            };
-            if let Some(done) = coroutine_wait(fd, slot, dir, deadline, &mut ready) {
-                return match done {
-                    Ok(n) => n as c_int,
-                    // The timeout.
-                    Err(libc::EAGAIN) => 0,
-                    Err(e) => finish(Err(e)) as c_int,
-                };
+            }
+            if count > 1 {
+                return None;
             }
         }
+        single
+    };
+    let mut first = true;
+    let mut attempt = || {
+        if !first {
+            for (copy, &set) in saved.iter().zip(&sets) {
+                if !set.is_null() {
+                    // SAFETY: `copy` holds `bytes` bytes of this very set.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(copy.as_ptr(), set.cast::<u8>(), bytes)
+                    };
+                }
+            }
+        }
+        first = false;
+        let mut zero = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 0,
+        };
+        // SAFETY: the caller's contract for the sets; a valid zero timeout.
+        unsafe { sys::select(nfds, sets, &mut zero) }
+    };
+    let n = wait_ready(&single, deadline, &mut attempt);
+    (n as c_int, deadline)
+}
+
+/// # Safety
+///
+/// As `select(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn select(
+    nfds: c_int,
+    readfds: *mut fd_set,
+    writefds: *mut fd_set,
+    exceptfds: *mut fd_set,
+    timeout: *mut libc::timeval,
+) -> c_int {
+    let sets = [readfds, writefds, exceptfds];
+    // SAFETY: the caller's contract.
+    let pass = || unsafe { sys::select(nfds, sets, timeout) as c_int };
+    if !enabled() || !in_coroutine() || nfds < 0 {
+        return pass();
     }
-    // Several descriptors, or one the driver cannot wait for: look again every slice.
-    let _deferred = spindle_park::defer_cancel();
-    loop {
-        if spindle_park::cancel_requested() {
-            return finish(Err(libc::ECANCELED)) as c_int;
+    // SAFETY: the caller's contract: `timeout` is null or valid to read and write.
+    let limit = match unsafe { timeout.as_ref() } {
+        None => None,
+        // The kernel's EINVAL.
+        Some(tv) if tv.tv_sec < 0 || tv.tv_usec < 0 => return pass(),
+        Some(tv) => {
+            let d = Duration::from_secs(tv.tv_sec as u64)
+                .saturating_add(Duration::from_micros(tv.tv_usec as u64));
+            if d.is_zero() {
+                return pass();
+            }
+            Some(d)
         }
-        let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
-            return 0;
-        }
-        let slice = now + POLL_SLICE;
-        let _ = spindle_park::park_until(deadline.map_or(slice, |d| d.min(slice)));
-        // SAFETY: the caller's contract.
-        let n = unsafe { sys::poll(fds, nfds, Some(Duration::ZERO)) };
-        if n != 0 {
-            return n as c_int;
-        }
+    };
+    // SAFETY: the caller's contract; `nfds >= 0`.
+    let (n, deadline) = unsafe { coroutine_select(nfds, sets, limit) };
+    if let Some(deadline) = deadline {
+        // Linux writes the time left back (also on an error).
+        let left = deadline.saturating_duration_since(Instant::now());
+        // SAFETY: `timeout` is valid to write (the caller's contract; a deadline means it was
+        // given).
+        unsafe {
+            *timeout = libc::timeval {
+                tv_sec: left.as_secs() as libc::time_t,
+                tv_usec: left.subsec_micros().into(),
+            }
+        };
+    }
+    n
+}
+
+/// `pselect(2)`: `select` with a `timespec` that is not written back and a signal mask. As
+/// for `ppoll`, a call with a signal mask passes through (blocks the worker).
+///
+/// # Safety
+///
+/// As `pselect(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pselect(
+    nfds: c_int,
+    readfds: *mut fd_set,
+    writefds: *mut fd_set,
+    exceptfds: *mut fd_set,
+    timeout: *const timespec,
+    sigmask: *const sigset_t,
+) -> c_int {
+    let sets = [readfds, writefds, exceptfds];
+    // SAFETY: the caller's contract: `timeout` is null or valid to read (glibc copies it too).
+    let ts = unsafe { timeout.as_ref() }.copied();
+    // SAFETY: the caller's contract; the timeout is a local copy.
+    let pass = || unsafe { sys::pselect(nfds, sets, ts, sigmask) as c_int };
+    if !sigmask.is_null() || !enabled() || !in_coroutine() || nfds < 0 {
+        return pass();
+    }
+    match timespec_timeout(ts) {
+        Ok(Some(d)) if d.is_zero() => pass(),
+        Err(()) => pass(),
+        // SAFETY: the caller's contract; `nfds >= 0`.
+        Ok(limit) => unsafe { coroutine_select(nfds, sets, limit) }.0,
     }
 }
 
@@ -484,7 +742,7 @@ pub unsafe extern "C" fn poll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) ->
 /// A descriptor number just made (by a call the hook sees): whatever the table held for it
 /// belonged to a predecessor closed behind the hook's back.
 #[inline]
-fn forget_new(fd: c_int) {
+pub(super) fn forget_new(fd: c_int) {
     if fd >= 0
         && let Some(slot) = slot(fd)
     {
@@ -496,7 +754,7 @@ fn forget_new(fd: c_int) {
 fn copy_state(old: c_int, new: c_int) {
     let Some(new_slot) = slot(new) else { return };
     let state = match slot(old).map(Slot::state) {
-        Some(s @ (MANAGED | USER_NONBLOCKING | PASS)) => s,
+        Some(s @ (MANAGED | USER_NONBLOCKING | PASS | FILE)) => s,
         _ => UNKNOWN,
     };
     new_slot.reset(state);

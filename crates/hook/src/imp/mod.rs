@@ -13,6 +13,7 @@ use spindle_io::hook_support::FdWait;
 
 use crate::EnableError;
 
+mod files;
 mod io_calls;
 mod sleep;
 
@@ -29,19 +30,28 @@ static FORKED: AtomicBool = AtomicBool::new(false);
 /// descriptors are used).
 const MAX_FDS: usize = 1 << 20;
 
-// A table word: the state in the low two bits, a lock bit, and the descriptor's `FdWait`
-// (`Arc::into_raw`, aligned to 8; 0: none) in the rest.
+// A table word: the state in the low three bits, a lock bit, and the descriptor's `Waiter`
+// (`Arc::into_raw`, aligned to 16; 0: none) in the rest.
 /// Not looked at yet (or closed since).
 const UNKNOWN: usize = 0;
-/// Left alone for good: not a socket or FIFO, or a standard stream.
+/// Left alone for good: not a socket, FIFO or file, or a standard stream that is not a file.
 const PASS: usize = 1;
 /// A socket or FIFO the application keeps in blocking mode, made non-blocking underneath.
 const MANAGED: usize = 2;
 /// A socket or FIFO the application (or `spindle_io`) keeps in non-blocking mode.
 const USER_NONBLOCKING: usize = 3;
-const STATE: usize = 3;
-const LOCK: usize = 4;
-const PTR: usize = !7;
+/// A regular file or block device: never "not ready", so a call on it blocks in the kernel
+/// for as long as the disk takes. A coroutine's calls run on the blocking pool.
+const FILE: usize = 4;
+const STATE: usize = 7;
+const LOCK: usize = 8;
+const PTR: usize = !15;
+
+/// A descriptor's waiting machinery as the table keeps it: aligned so that the pointer leaves
+/// the word's low four bits to the state and the lock.
+#[repr(align(16))]
+#[derive(Debug)]
+struct Waiter(FdWait);
 
 /// Serialises [`enable`]s.
 static ENABLE: Mutex<()> = Mutex::new(());
@@ -188,23 +198,23 @@ impl Slot {
     }
 
     /// The descriptor's waiting machinery (made on first use), or `None` if it cannot be made.
-    fn waiter(self, fd: c_int) -> Option<Arc<FdWait>> {
+    fn waiter(self, fd: c_int) -> Option<Arc<Waiter>> {
         let v = self.lock();
         let mut ptr = v & PTR;
         if ptr == 0 {
             // SAFETY: only managed descriptors get one (never a `spindle_io` source: those are
             // non-blocking from birth), and one per descriptor number: it lives in this word.
-            let made = Arc::into_raw(Arc::new(unsafe { FdWait::new(fd) })) as usize;
+            let made = Arc::into_raw(Arc::new(Waiter(unsafe { FdWait::new(fd) }))) as usize;
             if made & !PTR != 0 {
-                // Not aligned as the word needs (cannot happen: `FdWait` holds atomics).
+                // Not aligned as the word needs (cannot happen: `Waiter` is aligned to 16).
                 self.unlock(v);
                 // SAFETY: `made` came from `Arc::into_raw` just above and is not shared.
-                drop(unsafe { Arc::from_raw(made as *const FdWait) });
+                drop(unsafe { Arc::from_raw(made as *const Waiter) });
                 return None;
             }
             ptr = made;
         }
-        let waiter = ptr as *const FdWait;
+        let waiter = ptr as *const Waiter;
         // SAFETY: the word owns one count of `waiter` (from `Arc::into_raw`), which cannot go
         // away while we hold the lock; we take one more for the caller.
         let waiter = unsafe {
@@ -223,7 +233,7 @@ fn drop_waiter(ptr: usize) {
     }
     // SAFETY: a non-zero pointer in a table word is a count owned by that word, which the
     // caller removed from it under the lock.
-    let waiter = unsafe { Arc::from_raw(ptr as *const FdWait) };
+    let waiter = unsafe { Arc::from_raw(ptr as *const Waiter) };
     if FORKED.load(Ordering::Relaxed) {
         // Its registrations are the parent's (an epoll instance is shared across fork):
         // dropping the last count would remove them there.
@@ -234,20 +244,25 @@ fn drop_waiter(ptr: usize) {
 }
 
 /// What a descriptor first seen in a coroutine is: `MANAGED` (after making it non-blocking),
-/// `USER_NONBLOCKING`, `PASS`, or `UNKNOWN` for one that is not open (nothing recorded).
+/// `USER_NONBLOCKING`, `FILE`, `PASS`, or `UNKNOWN` for one that is not open (nothing
+/// recorded).
 fn classify(fd: c_int) -> usize {
-    if fd <= 2 {
-        // Standard streams are often shared with other processes (a terminal, a shell's
-        // pipe): their mode is not ours to change.
-        return PASS;
-    }
     // SAFETY: all-zero is a valid `stat`.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is a valid stat to write; fstat does not go through this crate.
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
         return UNKNOWN;
     }
+    if fd <= 2 {
+        // Standard streams are often shared with other processes (a terminal, a shell's
+        // pipe): their mode is not ours to change. Nor are they sent to the blocking pool
+        // when they are files: panic and abort messages, and fault handlers, write to them.
+        return PASS;
+    }
     let kind = st.st_mode & libc::S_IFMT;
+    if kind == libc::S_IFREG || kind == libc::S_IFBLK {
+        return FILE;
+    }
     if kind != libc::S_IFSOCK && kind != libc::S_IFIFO {
         return PASS;
     }
@@ -282,6 +297,81 @@ fn managed(fd: c_int) -> Option<Slot> {
         UNKNOWN if in_coroutine() => (slot.probe(fd) == MANAGED).then_some(slot),
         _ => None,
     }
+}
+
+/// What a call on a descriptor does.
+#[derive(Clone, Copy)]
+enum Route {
+    /// A managed socket or FIFO: retried on readiness.
+    Wait(Slot),
+    /// A file, in a coroutine: the call runs on the blocking pool.
+    Offload,
+    /// Straight through.
+    Pass,
+}
+
+/// How a call that may read or write a file treats `fd`: [`managed`], and a file in a
+/// coroutine goes to the blocking pool.
+#[inline]
+fn route(fd: c_int) -> Route {
+    let Some(slot) = slot(fd) else {
+        return Route::Pass;
+    };
+    match slot.state() {
+        MANAGED => Route::Wait(slot),
+        FILE if in_coroutine() => Route::Offload,
+        UNKNOWN if in_coroutine() => match slot.probe(fd) {
+            MANAGED => Route::Wait(slot),
+            FILE => Route::Offload,
+            _ => Route::Pass,
+        },
+        _ => Route::Pass,
+    }
+}
+
+/// Whether `fd` is a file that a coroutine's call should run on the blocking pool.
+#[inline]
+fn offloads(fd: c_int) -> bool {
+    matches!(route(fd), Route::Offload)
+}
+
+/// Runs `job` (a system call: its result, `-1` with `errno` on failure) on the runtime's
+/// blocking pool while the calling coroutine parks, and returns its result with `errno`
+/// carried over from the pool thread. Where the pool refuses the job (shutting down) it runs
+/// here, blocking the worker as it would have without the hook.
+///
+/// `job` may use memory the caller lent (a buffer, a path): this function returns only after
+/// `job` has returned on the pool thread. The park in between never unwinds — cancellation is
+/// deferred here, so a cancel request waits for the job and is carried out at the coroutine's
+/// next cancellation point outside the hook — and a runtime that shuts down while the
+/// coroutine waits abandons it with its stack (leaked, never freed). The caller must still
+/// make sure that `job` does not touch the stack of a coroutine on a copying stack
+/// ([`spindle_park::on_copying_stack`]): that stack's bytes are moved out while it is parked.
+fn offload_call(job: impl FnOnce() -> isize + Send + Copy) -> isize {
+    if on_signal_stack() {
+        // A fault handler (a stack overflow's report, say): no allocation, no suspension.
+        return job();
+    }
+    let job = move || {
+        let r = job();
+        (r, if r < 0 { sys::errno() } else { 0 })
+    };
+    let _deferred = spindle_park::defer_cancel();
+    let (r, e) = spindle_io::offload(job).unwrap_or_else(|_| job());
+    if r < 0 {
+        sys::set_errno(e);
+    }
+    r
+}
+
+/// Whether the thread runs on its alternate signal stack: in a signal handler (fault handlers
+/// run there), where a call must not allocate or suspend.
+fn on_signal_stack() -> bool {
+    // SAFETY: all-zero is a valid stack_t.
+    let mut ss: libc::stack_t = unsafe { std::mem::zeroed() };
+    // SAFETY: no new stack; `ss` is valid to write.
+    let r = unsafe { libc::sigaltstack(std::ptr::null(), &mut ss) };
+    r == 0 && ss.ss_flags & libc::SS_ONSTACK != 0
 }
 
 /// Which readiness a call waits for.
@@ -344,7 +434,7 @@ fn coroutine_wait(
     // as `ECANCELED` and carried out at the coroutine's next cancellation point.
     let _deferred = spindle_park::defer_cancel();
     let mut op_errno = None;
-    let result = waiter.run(dir == Dir::Write, deadline, || {
+    let result = waiter.0.run(dir == Dir::Write, deadline, || {
         if spindle_park::cancel_requested() {
             op_errno = Some(libc::ECANCELED);
             return Err(io::Error::from_raw_os_error(libc::ECANCELED));
@@ -549,6 +639,152 @@ mod sys {
             call6(
                 libc::SYS_ppoll,
                 [fds as c_long, n as c_long, tsp as c_long, 0, 0, 0],
+            )
+        }
+    }
+
+    /// `ppoll(2)` as glibc calls it: the timeout is a copy (the kernel writes the time left
+    /// into it), the signal mask null or the kernel's 8 bytes.
+    ///
+    /// # Safety
+    ///
+    /// `fds` must point at `n` valid `pollfd`s, `sigmask` be null or valid to read.
+    pub(super) unsafe fn ppoll(
+        fds: *mut libc::pollfd,
+        n: libc::nfds_t,
+        mut timeout: Option<libc::timespec>,
+        sigmask: *const libc::sigset_t,
+    ) -> isize {
+        let tsp = timeout
+            .as_mut()
+            .map_or(std::ptr::null_mut(), |t| t as *mut libc::timespec);
+        // SAFETY: the caller's contract; `tsp` is null or a valid local timespec.
+        unsafe {
+            call6(
+                libc::SYS_ppoll,
+                [
+                    fds as c_long,
+                    n as c_long,
+                    tsp as c_long,
+                    sigmask as c_long,
+                    SIGSET_BYTES,
+                    0,
+                ],
+            )
+        }
+    }
+
+    /// The kernel's signal set size (`_NSIG / 8`), which `ppoll` and `pselect6` take.
+    const SIGSET_BYTES: c_long = 8;
+
+    /// `select(2)` as the C library's: the time left is written back into `timeout`.
+    ///
+    /// # Safety
+    ///
+    /// Each set null or valid for `nfds` bits, `timeout` null or valid to read and write.
+    pub(super) unsafe fn select(
+        nfds: c_int,
+        sets: [*mut libc::fd_set; 3],
+        timeout: *mut libc::timeval,
+    ) -> isize {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller's contract.
+        unsafe {
+            call6(
+                libc::SYS_select,
+                [
+                    nfds as c_long,
+                    sets[0] as c_long,
+                    sets[1] as c_long,
+                    sets[2] as c_long,
+                    timeout as c_long,
+                    0,
+                ],
+            )
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            // No `select` system call: `pselect6` with the timeout converted, and the time
+            // left converted back, as glibc does.
+            // SAFETY: the caller's contract: `timeout` is null or valid to read.
+            let ts = match unsafe { timeout.as_ref() } {
+                None => None,
+                Some(tv) if tv.tv_sec < 0 || tv.tv_usec < 0 => {
+                    set_errno(libc::EINVAL);
+                    return -1;
+                }
+                Some(tv) => Some(libc::timespec {
+                    tv_sec: tv.tv_sec.saturating_add(tv.tv_usec / 1_000_000),
+                    tv_nsec: (tv.tv_usec % 1_000_000) * 1000,
+                }),
+            };
+            let mut ts = ts;
+            let tsp = ts
+                .as_mut()
+                .map_or(std::ptr::null_mut(), |t| t as *mut libc::timespec);
+            // SAFETY: the caller's contract; `tsp` is null or a valid local.
+            let r = unsafe {
+                call6(
+                    libc::SYS_pselect6,
+                    [
+                        nfds as c_long,
+                        sets[0] as c_long,
+                        sets[1] as c_long,
+                        sets[2] as c_long,
+                        tsp as c_long,
+                        0,
+                    ],
+                )
+            };
+            if let Some(left) = ts {
+                let e = errno();
+                // SAFETY: `timeout` was given: valid to write (the caller's contract).
+                unsafe {
+                    *timeout = libc::timeval {
+                        tv_sec: left.tv_sec,
+                        tv_usec: left.tv_nsec / 1000,
+                    }
+                };
+                set_errno(e);
+            }
+            r
+        }
+    }
+
+    /// `pselect(2)` as glibc calls it: the timeout is a copy, the signal mask passed with its
+    /// size (or none).
+    ///
+    /// # Safety
+    ///
+    /// Each set null or valid for `nfds` bits, `sigmask` null or valid to read.
+    pub(super) unsafe fn pselect(
+        nfds: c_int,
+        sets: [*mut libc::fd_set; 3],
+        mut timeout: Option<libc::timespec>,
+        sigmask: *const libc::sigset_t,
+    ) -> isize {
+        let tsp = timeout
+            .as_mut()
+            .map_or(std::ptr::null_mut(), |t| t as *mut libc::timespec);
+        // The kernel takes the mask and its size through one more pointer.
+        let mask = [sigmask as c_long, SIGSET_BYTES];
+        let maskp = if sigmask.is_null() {
+            std::ptr::null()
+        } else {
+            mask.as_ptr()
+        };
+        // SAFETY: the caller's contract; `tsp` and `maskp` are null or valid locals.
+        unsafe {
+            call6(
+                libc::SYS_pselect6,
+                [
+                    nfds as c_long,
+                    sets[0] as c_long,
+                    sets[1] as c_long,
+                    sets[2] as c_long,
+                    tsp as c_long,
+                    maskp as c_long,
+                ],
             )
         }
     }
