@@ -321,7 +321,7 @@ fn measure_in_child(exe: &Path, bench: &str, imp: &str, quick: bool) -> Result<f
 
 /// Checks that the variant's env var names a bench binary built with that configuration, so
 /// that its rows measure what their names say.
-fn variant_binary(variant: &Variant) -> Result<PathBuf, String> {
+pub fn variant_binary(variant: &Variant) -> Result<PathBuf, String> {
     let env = variant.env;
     let Some(path) = std::env::var_os(env) else {
         return Err(format!(

@@ -4,11 +4,20 @@
 //! (`spindle-hook/interpose`: the libc calls are interposed in that executable only), which
 //! enables the hook before measuring; this binary itself interposes nothing, so its rows are
 //! the plain C library's. Bench and impl names are the report's keys: do not rename them.
+//!
+//! * `stall_worst_gap` (ms), `passthrough_read` (ns): see their functions.
+//! * `std_echo_cpu_1024_r80k` (cpu_us_per_req): the `io` suite's `echo_cpu_1024_r80k` run
+//!   (same client on its own core, 50 connections, 1 KiB messages paced to 80,000 req/s, the
+//!   server's CPU time per request) against two servers on the same one-worker epoll runtime:
+//!   `spindle-hook-std`, written with `std::net` only and run by the hook build (`serve
+//!   hook-std`), and `spindle-io`, the `io` suite's `spindle-epoll` on `spindle_io`'s types.
+//! * `http_client_1000` (ms): see [`http_client`].
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::harness::{self, Bench, Ctx, Impl, Suite, Unit};
@@ -21,7 +30,7 @@ pub fn suite() -> Suite {
     };
     Suite {
         name: "hook",
-        about: "interposed blocking calls: a stalled worker's worst tick gap, pass-through cost",
+        about: "interposed blocking calls: a stalled worker's worst tick gap, pass-through cost, a std echo server's CPU per request, 1,000 HTTP clients' wall time",
         benches: vec![
             Bench {
                 name: "stall_worst_gap",
@@ -46,6 +55,26 @@ pub fn suite() -> Suite {
                 .into_iter()
                 .flatten()
                 .collect(),
+            },
+            Bench {
+                name: "std_echo_cpu_1024_r80k",
+                unit: Unit::CpuUsPerReq,
+                reference: Some("spindle-io"),
+                published: &[],
+                impls: vec![
+                    Impl::in_process("spindle-hook-std", std_echo_hook),
+                    Impl::in_process("spindle-io", std_echo_spindle_io),
+                ],
+            },
+            Bench {
+                name: "http_client_1000",
+                unit: Unit::Ms,
+                reference: Some("spindle"),
+                published: &[],
+                impls: vec![
+                    Impl::in_process("spindle", http_client),
+                    Impl::variant("spindle-hook", &harness::HOOK),
+                ],
             },
         ],
     }
@@ -128,4 +157,118 @@ fn passthrough_read(ctx: &Ctx) -> Result<f64, String> {
     // SAFETY: ours, open.
     unsafe { libc::close(fd) };
     Ok(ns)
+}
+
+/// `std_echo_cpu_1024_r80k`, `spindle-hook-std`: the `hook-std` server of the hook build.
+fn std_echo_hook(ctx: &Ctx) -> Result<f64, String> {
+    let exe = if cfg!(feature = "hook") {
+        None
+    } else {
+        Some(harness::variant_binary(&harness::HOOK)?)
+    };
+    crate::io::echo_cpu_1024_r80k("std_echo_cpu_1024_r80k", "hook-std", exe.as_deref(), ctx)
+}
+
+/// `std_echo_cpu_1024_r80k`, `spindle-io`: the `io` suite's `spindle-epoll` server.
+fn std_echo_spindle_io(ctx: &Ctx) -> Result<f64, String> {
+    crate::io::echo_cpu_1024_r80k("std_echo_cpu_1024_r80k", "spindle-epoll", None, ctx)
+}
+
+/// How long the `http_client_1000` server waits before it answers.
+const HTTP_DELAY: Duration = Duration::from_millis(100);
+
+/// `http_client_1000` (ms): the wall time of `n` coroutines on a 2-worker runtime, each making
+/// one GET with `ureq` (one agent shared by all) against a local server that answers after
+/// 100 ms: `n` = 1,000 in the hook build (`spindle-hook`), 20 without the hook (`spindle`:
+/// each request holds its worker for the delay, so 2 workers serve them 2 at a time). From the
+/// first spawn until every response has been read and checked.
+///
+/// The server is a `spindle_io` one on a runtime of its own with one worker (one coroutine per
+/// connection, `spindle_rt::sleep` for the delay: 1,000 connections held cheaply; its sockets
+/// are non-blocking, so the hook leaves them alone).
+fn http_client(ctx: &Ctx) -> Result<f64, String> {
+    let _ = ctx;
+    enable_hook()?;
+    let requests = if cfg!(feature = "hook") { 1000 } else { 20 };
+    let server_rt = spindle_rt::Runtime::builder()
+        .workers(1)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let server = {
+        let stop = stop.clone();
+        server_rt.spawn(move || -> Result<(), String> {
+            let l = spindle_io::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+            let _ = tx.send(l.local_addr().map_err(|e| e.to_string())?);
+            while !stop.load(Ordering::Relaxed) {
+                let (s, _) = l.accept().map_err(|e| e.to_string())?;
+                drop(spindle_rt::spawn(move || slow_answer(s)));
+            }
+            Ok(())
+        })
+    };
+    let addr = rx
+        .recv_timeout(Duration::from_secs(10))
+        .map_err(|_| "the HTTP server did not start".to_string())?;
+    let rt = spindle_rt::Runtime::builder()
+        .workers(2)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let agent = ureq::Agent::new_with_defaults();
+    let start = Instant::now();
+    let clients: Vec<_> = (0..requests)
+        .map(|i| {
+            let agent = agent.clone();
+            let url = format!("http://{addr}/item/{i}");
+            rt.spawn(move || -> Result<(), String> {
+                let mut response = agent.get(&url).call().map_err(|e| e.to_string())?;
+                let body = response
+                    .body_mut()
+                    .read_to_string()
+                    .map_err(|e| e.to_string())?;
+                if body != format!("item {i}") {
+                    return Err(format!("GET {url} returned {body:?}"));
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    let mut failed = None;
+    for c in clients {
+        if let Err(e) = c.join().map_err(|e| e.to_string()).and_then(|r| r) {
+            failed.get_or_insert(e);
+        }
+    }
+    let took = start.elapsed();
+    // Wake the accept loop to see the stop flag.
+    stop.store(true, Ordering::Relaxed);
+    drop(TcpStream::connect(addr));
+    server.join().map_err(|e| e.to_string())??;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(took.as_secs_f64() * 1e3),
+    }
+}
+
+/// One connection of the `http_client_1000` server: reads a GET, waits [`HTTP_DELAY`], answers
+/// `item <n>` for `/item/<n>` and closes.
+fn slow_answer(mut s: spindle_io::net::TcpStream) {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    let head = String::from_utf8_lossy(&head);
+    let path = head.split(' ').nth(1).unwrap_or("/");
+    let body = format!("item {}", path.rsplit('/').next().unwrap_or(""));
+    spindle_rt::sleep(HTTP_DELAY);
+    let response = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = s.write_all(response.as_bytes());
 }

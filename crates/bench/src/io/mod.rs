@@ -580,10 +580,38 @@ const FOREIGN_WARN_PCT: f64 = 15.0;
 /// this process may raise its priority, so that other work on the two CPUs disturbs the run
 /// less; see [`prepare`]'s message.
 fn run_scenario(bench: &str, scenario: Scenario, imp: &str, ctx: &Ctx) -> Result<Outcome, String> {
+    run_scenario_on(bench, scenario, imp, None, ctx)
+}
+
+/// The `echo_cpu_1024_r80k` scenario for another suite: the server CPU time per request
+/// (µs) of echo server `kind` run by `exe` (this binary when `None`), with this suite's
+/// client, pacing, window and warnings.
+pub fn echo_cpu_1024_r80k(
+    bench: &str,
+    kind: &str,
+    exe: Option<&std::path::Path>,
+    ctx: &Ctx,
+) -> Result<f64, String> {
+    let o = run_scenario_on(bench, R80K_1024, kind, exe, ctx)?;
+    Metric::CpuPerReq.value(&o)
+}
+
+/// [`run_scenario`] with the server run by `exe` (this binary when `None`).
+fn run_scenario_on(
+    bench: &str,
+    scenario: Scenario,
+    imp: &str,
+    exe: Option<&std::path::Path>,
+    ctx: &Ctx,
+) -> Result<Outcome, String> {
     let (server_cpu, client_cpu) = sys::server_and_client_cpus()?;
     let _nice = sys::NiceGuard::raise(-20);
     let _pin = sys::PinGuard::pin(client_cpu)?;
-    let server = sys::Server::start(&scenario.server_kind(imp), server_cpu)?;
+    let kind = scenario.server_kind(imp);
+    let server = match exe {
+        Some(exe) => sys::Server::start_exe(exe, &kind, server_cpu)?,
+        None => sys::Server::start(&kind, server_cpu)?,
+    };
     let mut ticks = Vec::with_capacity(2);
     let mut switches = Vec::with_capacity(2);
     let result = match scenario {

@@ -11,6 +11,9 @@
 //! * `may`: may with one worker (its own core pinning off: the process is pinned already), one
 //!   coroutine per connection, `may::net`.
 //! * `thread-per-conn`: `std::net`, one OS thread per connection.
+//! * `hook-std`: `std::net` only, one coroutine per connection on the runtime of
+//!   `spindle-epoll`, with `spindle-hook` making its blocking calls cooperative (in the bench
+//!   binary built with the `hook` feature only; the `hook` suite's `std_echo_cpu_1024_r80k`).
 //!
 //! HTTP servers (`http-<impl>`): see [`super::http`].
 
@@ -230,8 +233,43 @@ pub fn thread_echo(ready: impl FnOnce(u16)) -> Result<(), String> {
     }
 }
 
+/// `hook-std`: an echo server written with `std::net` only — one coroutine per connection on
+/// a one-worker runtime on epoll, as `spindle-epoll` — made cooperative by `spindle-hook`.
+/// Only in the bench binary built with the `hook` feature.
+pub fn hook_std_echo(ready: impl FnOnce(u16) + Send) -> Result<(), String> {
+    #[cfg(not(feature = "hook"))]
+    {
+        let _ = ready;
+        Err(
+            "the `hook-std` server needs the bench binary built with the `hook` feature \
+             (`cargo xtask bench hook` builds it)"
+                .into(),
+        )
+    }
+    #[cfg(feature = "hook")]
+    {
+        spindle_hook::enable().map_err(|e| e.to_string())?;
+        let rt = spindle_runtime(Backend::Epoll)?;
+        rt.block_on(move || -> Result<(), String> {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+            ready(l.local_addr().map_err(|e| e.to_string())?.port());
+            loop {
+                match l.accept() {
+                    Ok((s, _)) => {
+                        if let Err(e) = s.set_nodelay(true) {
+                            eprintln!("set_nodelay: {e}");
+                        }
+                        drop(spindle_rt::spawn(move || echo(s)));
+                    }
+                    Err(e) => accept_failed(&e),
+                }
+            }
+        })
+    }
+}
+
 /// Every server `serve` knows.
-pub const SERVERS: [&str; 8] = [
+pub const SERVERS: [&str; 9] = [
     "spindle-epoll",
     "spindle-uring",
     "tokio-ct",
@@ -240,6 +278,7 @@ pub const SERVERS: [&str; 8] = [
     "http-spindle-epoll",
     "http-spindle-uring",
     "http-hyper-tokio-ct",
+    "hook-std",
 ];
 
 /// Runs server `kind`, calling `ready(port)` once it listens. Returns only on error.
@@ -253,6 +292,7 @@ pub fn run_server(kind: &str, ready: impl FnOnce(u16) + Send) -> Result<(), Stri
         "http-spindle-epoll" => spindle_server(Backend::Epoll, ready, http::spindle_conn),
         "http-spindle-uring" => spindle_server(Backend::Uring, ready, http::spindle_conn),
         "http-hyper-tokio-ct" => http::hyper_server(ready),
+        "hook-std" => hook_std_echo(ready),
         other => Err(format!(
             "unknown server `{other}` (servers: {})",
             SERVERS.join(", ")
@@ -331,6 +371,14 @@ mod tests {
     #[test]
     fn threads_echo() {
         check_echo(start_in_thread("thread-per-conn"));
+    }
+
+    /// Outside the hook build the std server would block its only worker: it refuses to run.
+    #[cfg(not(feature = "hook"))]
+    #[test]
+    fn hook_std_needs_the_hook_build() {
+        let e = run_server("hook-std", |_| panic!("it must not listen")).unwrap_err();
+        assert!(e.contains("`hook` feature"), "{e}");
     }
 
     #[test]

@@ -297,10 +297,15 @@ impl Server {
     pub fn start(kind: &str, cpu: usize) -> Result<Server, String> {
         let exe =
             std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+        Server::start_exe(&exe, kind, cpu)
+    }
+
+    /// [`Server::start`] with another build of this binary (a variant such as the hook build).
+    pub fn start_exe(exe: &std::path::Path, kind: &str, cpu: usize) -> Result<Server, String> {
         let log = log_path();
         let log_file =
             File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
-        let mut child = Command::new(&exe)
+        let mut child = Command::new(exe)
             .args(["serve", kind, "--cpu", &cpu.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
