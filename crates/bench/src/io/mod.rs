@@ -17,8 +17,17 @@
 //!
 //! * `echo_cpu_<size>_r<rate>` (cpu_us_per_req): 50 connections, `<size>`-byte messages,
 //!   paced to `<rate>` req/s.
+//! * `echo_user_cpu_<size>_r80k` (cpu_us_per_req): the user-space part of the same runs'
+//!   server CPU (`utime` of `/proc/PID/stat`): the cost that is the server's own code, without
+//!   the kernel's TCP work and wake-ups, which are much the same for every server. The kernel
+//!   splits run time into user and system time in proportion to the timer ticks (100 Hz) that
+//!   found the process in each, so one run's figure is a sample (about ±0.2 µs at this load,
+//!   where a few of the window's ~100 ticks land in user space); the median over rounds
+//!   steadies it, and callgrind's instruction counts (see `docs/benchmarks.md`) are the exact
+//!   measure behind it.
 //! * `echo_1024_r80k_p99` (us): the 99th-percentile latency of the `echo_cpu_1024_r80k` runs,
-//!   measured from each request's due time (so a server that falls behind shows).
+//!   measured from each request's due time (so a server that falls behind shows). Like every
+//!   row, the value is the median over the rounds, with their min and max beside it.
 //! * `echo_1024_c<N>` (qps): unpaced, `N` connections, 1 KiB; `_p99` (us) from the same runs.
 //! * `..._client_idle` (cpu_pct): the client's time in `epoll_pwait2` / window in the same runs:
 //!   near 0 means the client, not the server, set the pace.
@@ -130,6 +139,7 @@ impl Scenario {
 #[derive(Debug, Clone, Copy)]
 enum Metric {
     CpuPerReq,
+    UserCpuPerReq,
     Qps,
     P99,
     ClientIdle,
@@ -142,6 +152,8 @@ struct Outcome {
     requests: u64,
     qps: f64,
     server_cpu_s: f64,
+    /// The user-space part of `server_cpu_s`, where the run measured it.
+    server_user_s: Option<f64>,
     p99_us: Option<f64>,
     client_idle_pct: Option<f64>,
     /// The server's context switches (all its live threads) per request in the window.
@@ -153,6 +165,11 @@ impl Metric {
         match self {
             Metric::CpuPerReq if o.requests == 0 => Err("no request completed".into()),
             Metric::CpuPerReq => Ok(o.server_cpu_s * 1e6 / o.requests as f64),
+            Metric::UserCpuPerReq if o.requests == 0 => Err("no request completed".into()),
+            Metric::UserCpuPerReq => o
+                .server_user_s
+                .map(|u| u * 1e6 / o.requests as f64)
+                .ok_or_else(|| "this run measured no user-space CPU time".into()),
             Metric::Qps => Ok(o.qps),
             Metric::P99 => o.p99_us.ok_or_else(|| "this run measured no p99".into()),
             Metric::ClientIdle => o
@@ -217,7 +234,7 @@ const fn row(
 }
 
 /// Every row, in table order. A scenario's first row runs it; see the module docs.
-const ROWS: [Row; 16] = [
+const ROWS: [Row; 18] = [
     Row {
         published: &[
             "measured earlier on this machine (us/req): tokio-ct 8.65, may 8.51, \
@@ -247,10 +264,24 @@ const ROWS: [Row; 16] = [
         true,
     ),
     row(
+        "echo_user_cpu_1024_r80k",
+        Unit::CpuUsPerReq,
+        R80K_1024,
+        Metric::UserCpuPerReq,
+        true,
+    ),
+    row(
         "echo_cpu_64_r80k",
         Unit::CpuUsPerReq,
         R80K_64,
         Metric::CpuPerReq,
+        true,
+    ),
+    row(
+        "echo_user_cpu_64_r80k",
+        Unit::CpuUsPerReq,
+        R80K_64,
+        Metric::UserCpuPerReq,
         true,
     ),
     row(
@@ -349,6 +380,8 @@ pub fn suite() -> Suite {
             bench::<13>(),
             bench::<14>(),
             bench::<15>(),
+            bench::<16>(),
+            bench::<17>(),
         ],
     }
 }
@@ -586,6 +619,7 @@ fn run_scenario(bench: &str, scenario: Scenario, imp: &str, ctx: &Ctx) -> Result
     let server = sys::Server::start(&scenario.server_kind(imp), server_cpu)?;
     let mut ticks = Vec::with_capacity(2);
     let mut switches = Vec::with_capacity(2);
+    let mut user = Vec::with_capacity(2);
     let result = match scenario {
         Scenario::Echo { size, conns, rate } => {
             let (warmup, window) = if ctx.quick {
@@ -603,9 +637,11 @@ fn run_scenario(bench: &str, scenario: Scenario, imp: &str, ctx: &Ctx) -> Result
             client::run(server.addr, &load, || {
                 ticks.push(sys::cpu_ticks(server_cpu)?);
                 switches.push(server.context_switches()?);
-                server.cpu_seconds()
+                let (u, s) = server.cpu_times()?;
+                user.push(u);
+                Ok(u + s)
             })
-            .map(|r| echo_outcome(bench, imp, rate, &r, &ticks, &switches))
+            .map(|r| echo_outcome(bench, imp, rate, &r, &ticks, &switches, &user))
         }
         Scenario::Http { conns } => run_http(bench, imp, &server, server_cpu, conns, ctx),
     };
@@ -630,6 +666,7 @@ fn echo_outcome(
     r: &client::Report,
     ticks: &[(u64, u64)],
     switches: &[u64],
+    user: &[f64],
 ) -> Outcome {
     let achieved = r.achieved_rate();
     let switches_per_req = match switches {
@@ -639,6 +676,10 @@ fn echo_outcome(
         _ => None,
     };
     let server_cpu_s = r.marks.1 - r.marks.0;
+    let server_user_s = match user {
+        [start, end, ..] => Some(end - start),
+        _ => None,
+    };
     let window_s = r.elapsed.as_secs_f64();
     let foreign = foreign_pct(ticks, server_cpu_s, window_s);
     if let Some(rate) = rate
@@ -664,11 +705,12 @@ fn echo_outcome(
     if verbose() {
         note(&format!(
             "{bench} / {imp}: {} requests in {window_s:.3} s = {achieved:.0}/s, server CPU \
-             {server_cpu_s:.3} s = {:.2} us/req, p50 {:.0} us, p99 {:.0} us, max {:.0} us, \
+             {server_cpu_s:.3} s = {:.2} us/req (user {:.2}), p50 {:.0} us, p99 {:.0} us, max {:.0} us, \
              client idle {:.1} %, dropped {}, other work on the server's CPU {:.1} %, server \
              context switches {:.3}/req",
             r.requests,
             server_cpu_s * 1e6 / r.requests.max(1) as f64,
+            server_user_s.unwrap_or(f64::NAN) * 1e6 / r.requests.max(1) as f64,
             r.latency.percentile(0.5) / 1e3,
             r.latency.percentile(0.99) / 1e3,
             r.latency.percentile(1.0) / 1e3,
@@ -682,6 +724,7 @@ fn echo_outcome(
         requests: r.requests,
         qps: achieved,
         server_cpu_s,
+        server_user_s,
         p99_us: Some(r.latency.percentile(0.99) / 1e3),
         client_idle_pct: Some(r.idle_pct),
         server_switches_per_req: switches_per_req,
@@ -740,6 +783,7 @@ fn run_http(
         requests: r.requests,
         qps: r.qps,
         server_cpu_s,
+        server_user_s: None,
         p99_us: r.p99_us,
         client_idle_pct: None,
         server_switches_per_req: None,
@@ -787,11 +831,18 @@ mod tests {
             requests: 1000,
             qps: 500.0,
             server_cpu_s: 0.01,
+            server_user_s: Some(0.002),
             p99_us: Some(42.0),
             client_idle_pct: None,
             server_switches_per_req: None,
         };
         assert_eq!(Metric::CpuPerReq.value(&o).unwrap(), 10.0);
+        assert_eq!(Metric::UserCpuPerReq.value(&o).unwrap(), 2.0);
+        let no_user = Outcome {
+            server_user_s: None,
+            ..o
+        };
+        assert!(Metric::UserCpuPerReq.value(&no_user).is_err());
         assert_eq!(Metric::Qps.value(&o).unwrap(), 500.0);
         assert_eq!(Metric::P99.value(&o).unwrap(), 42.0);
         assert!(Metric::ClientIdle.value(&o).is_err());
@@ -803,5 +854,6 @@ mod tests {
         assert_eq!(Metric::ServerSwitches.value(&counted).unwrap(), 0.25);
         let none = Outcome { requests: 0, ..o };
         assert!(Metric::CpuPerReq.value(&none).is_err());
+        assert!(Metric::UserCpuPerReq.value(&none).is_err());
     }
 }
