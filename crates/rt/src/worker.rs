@@ -416,7 +416,7 @@ impl WorkerCtx {
             timer_countdown -= 1;
             if timer_countdown == 0 {
                 timer_countdown = TIMER_CHECK_EVERY;
-                self.fire_timers(None);
+                self.fire_timers();
             }
             driver_countdown -= 1;
             if driver_countdown == 0 {
@@ -443,12 +443,13 @@ impl WorkerCtx {
                 continue;
             }
             idle_books = true;
-            let now = Instant::now();
-            self.fire_timers(Some(now));
-            if shared.policy.has_work(self.index) {
+            // The clock is read only when a timer is pending (or for the look below). Work that
+            // others pushed since the pop is seen by the look or by the check before sleeping.
+            if self.fire_timers() && shared.policy.has_work(self.index) {
                 continue;
             }
             if may_spin {
+                let now = Instant::now();
                 let until = match look_until {
                     Some(until) => until,
                     None => {
@@ -556,9 +557,24 @@ impl WorkerCtx {
         }
     }
 
-    /// Fires every due timer. `now`: the caller's reading of the clock, if it has one; else
-    /// the clock is read only when a timer is pending (the busy loop asks every 16 tasks).
-    fn fire_timers(&self, now: Option<Instant>) {
+    /// Fires every due timer (the busy loop asks every 16 tasks, an idle worker before it
+    /// sleeps); the clock is read only when a timer is pending. Returns whether it woke a
+    /// task.
+    ///
+    /// The common case, no timer and no remote cancel, is a load and a look at the wheel,
+    /// inlined; the rest is out of line.
+    #[inline]
+    fn fire_timers(&self) -> bool {
+        (self.shared.timer_inboxes[self.index]
+            .pending
+            .load(Ordering::Relaxed)
+            || !self.timers.borrow().is_empty())
+            && self.fire_due_timers()
+    }
+
+    /// The out-of-line part of [`fire_timers`](Self::fire_timers).
+    #[inline(never)]
+    fn fire_due_timers(&self) -> bool {
         if self.shared.timer_inboxes[self.index]
             .pending
             .load(Ordering::Relaxed)
@@ -569,16 +585,18 @@ impl WorkerCtx {
         {
             let mut timers = self.timers.borrow_mut();
             let Some(next) = timers.next_deadline() else {
-                return;
+                return false;
             };
-            let now = now.unwrap_or_else(Instant::now);
+            let now = Instant::now();
             if next > now {
-                return;
+                return false;
             }
             timers.advance(now, |_, entry| due.push(entry));
         }
+        let mut woke = false;
         for entry in due {
             if entry.task.header().timer_fired(entry.seq) {
+                woke = true;
                 // SAFETY: `timer_fired` moved it out of idle: the idle state's reference is
                 // ours. (The entry's own reference is dropped below.)
                 let task = unsafe { entry.task.idle_reference() };
@@ -586,6 +604,7 @@ impl WorkerCtx {
                     .schedule_from(Some(self.index), task, Reason::Woken);
             }
         }
+        woke
     }
 
     /// Runs a popped task until it suspends or finishes, and queues it or leaves it idle.
