@@ -4,7 +4,7 @@
 //! --cpu <n>`, see [`servers`]) pinned to the first CPU this process may use (core 0), with one
 //! worker; the load runs on this process's calling thread pinned to the second (core 1): the
 //! [`client`] (single-threaded epoll, ping-pong echo, `TCP_NODELAY`) for the echo rows, `wrk
-//! -t1 -c50` for the HTTP rows.
+//! -t1` for the HTTP rows.
 //!
 //! # What the rows measure
 //!
@@ -40,6 +40,10 @@
 //!   hyper on tokio's current-thread runtime; `http_hello_c50_cpu` (cpu_us_per_req): the
 //!   server's CPU time over the `wrk` run / the requests `wrk` counted. Needs `wrk` (Debian
 //!   package `wrk`); without it these rows are left out with a message.
+//! * `http_pipelined_c256_cpu` (cpu_us_per_req) and `http_pipelined_c256` (qps): the same
+//!   servers in TechEmpower's plaintext shape, `wrk -t1 -c256` with a script that pipelines
+//!   16 requests per write. Near 1.5 M req/s `wrk` saturates its core before the servers do,
+//!   so CPU per request is the figure here and requests/s is reported beside it.
 //!
 //! Rows of the same scenario (e.g. `echo_cpu_1024_r80k`, `echo_1024_r80k_p99` and
 //! `echo_1024_r80k_client_idle`) share runs: the first row's `k`-th round runs the scenario
@@ -108,8 +112,9 @@ enum Scenario {
         /// Offered req/s; `None`: unpaced.
         rate: Option<u32>,
     },
-    /// `wrk -t1 -c<conns>` against the HTTP servers.
-    Http { conns: usize },
+    /// `wrk -t1 -c<conns>` against the HTTP servers, `depth` requests per write (1: no
+    /// pipelining).
+    Http { conns: usize, depth: usize },
 }
 
 impl Scenario {
@@ -214,7 +219,15 @@ const fn peak(conns: usize) -> Scenario {
         rate: None,
     }
 }
-const HTTP_C50: Scenario = Scenario::Http { conns: 50 };
+const HTTP_C50: Scenario = Scenario::Http {
+    conns: 50,
+    depth: 1,
+};
+/// TechEmpower's plaintext shape: 256 connections, 16 pipelined requests per write.
+const HTTP_PIPELINED: Scenario = Scenario::Http {
+    conns: 256,
+    depth: 16,
+};
 
 const fn row(
     name: &'static str,
@@ -234,7 +247,7 @@ const fn row(
 }
 
 /// Every row, in table order. A scenario's first row runs it; see the module docs.
-const ROWS: [Row; 18] = [
+const ROWS: [Row; 20] = [
     Row {
         published: &[
             "measured earlier on this machine (us/req): tokio-ct 8.65, may 8.51, \
@@ -331,6 +344,20 @@ const ROWS: [Row; 18] = [
         Metric::CpuPerReq,
         true,
     ),
+    row(
+        "http_pipelined_c256_cpu",
+        Unit::CpuUsPerReq,
+        HTTP_PIPELINED,
+        Metric::CpuPerReq,
+        false,
+    ),
+    row(
+        "http_pipelined_c256",
+        Unit::Qps,
+        HTTP_PIPELINED,
+        Metric::Qps,
+        false,
+    ),
 ];
 
 /// The bench of row `R`: one impl per server of its scenario.
@@ -382,6 +409,8 @@ pub fn suite() -> Suite {
             bench::<15>(),
             bench::<16>(),
             bench::<17>(),
+            bench::<18>(),
+            bench::<19>(),
         ],
     }
 }
@@ -451,8 +480,8 @@ pub fn prepare(suite: &Suite, opts: &RunOptions) -> Suite {
     });
     if uses_http && sys::find_wrk().is_none() {
         println!(
-            "io: `wrk` is not installed (Debian: `apt-get install -y wrk`): the http_hello rows \
-             are left out"
+            "io: `wrk` is not installed (Debian: `apt-get install -y wrk`): the http rows are \
+             left out"
         );
         suite.benches.retain(|b| {
             !ROWS
@@ -643,7 +672,9 @@ fn run_scenario(bench: &str, scenario: Scenario, imp: &str, ctx: &Ctx) -> Result
             })
             .map(|r| echo_outcome(bench, imp, rate, &r, &ticks, &switches, &user))
         }
-        Scenario::Http { conns } => run_http(bench, imp, &server, server_cpu, conns, ctx),
+        Scenario::Http { conns, depth } => {
+            run_http(bench, imp, &server, server_cpu, conns, depth, ctx)
+        }
     };
     let log = server.stop();
     let result = result?;
@@ -737,15 +768,16 @@ fn run_http(
     server: &sys::Server,
     server_cpu: usize,
     conns: usize,
+    depth: usize,
     ctx: &Ctx,
 ) -> Result<Outcome, String> {
     let wrk = sys::find_wrk().ok_or("`wrk` is not installed (apt-get install -y wrk)")?;
     // Warm-up: connections, stacks, caches.
-    sys::run_wrk(&wrk, server.addr, conns, 1)?;
+    sys::run_wrk(&wrk, server.addr, conns, depth, 1)?;
     let secs = if ctx.quick { 1 } else { 2 };
     let ticks0 = sys::cpu_ticks(server_cpu)?;
     let before = server.cpu_seconds()?;
-    let r = sys::run_wrk(&wrk, server.addr, conns, secs)?;
+    let r = sys::run_wrk(&wrk, server.addr, conns, depth, secs)?;
     let after = server.cpu_seconds()?;
     let ticks1 = sys::cpu_ticks(server_cpu)?;
     if r.non_2xx > 0 {

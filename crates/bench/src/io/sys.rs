@@ -494,25 +494,61 @@ pub fn parse_wrk(out: &str) -> Result<WrkResult, String> {
     }
 }
 
+/// wrk's script for pipelining: every write sends `depth` requests (the script's first
+/// argument), the shape of TechEmpower's plaintext test. wrk counts each response.
+const PIPELINE_LUA: &str = "\
+-- Sends `depth` (the first script argument) requests in every write.
+local batch
+init = function(args)
+  local depth = tonumber(args[1]) or 1
+  local requests = {}
+  for i = 1, depth do
+    requests[i] = wrk.format()
+  end
+  batch = table.concat(requests)
+end
+request = function()
+  return batch
+end
+";
+
 /// Runs `wrk -t1 -c<conns> -d<secs>s --latency http://<addr>/` on the calling thread's CPUs
-/// (the child inherits this thread's affinity).
+/// (the child inherits this thread's affinity); with `depth` > 1, through a script that
+/// pipelines `depth` requests per write.
 pub fn run_wrk(
     wrk: &PathBuf,
     addr: SocketAddr,
     conns: usize,
+    depth: usize,
     secs: u64,
 ) -> Result<WrkResult, String> {
-    let out = Command::new(wrk)
-        .args([
-            "-t1".to_string(),
-            format!("-c{conns}"),
-            format!("-d{secs}s"),
-            "--latency".to_string(),
-            format!("http://{addr}/"),
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", wrk.display()))?;
+    let mut args = vec![
+        "-t1".to_string(),
+        format!("-c{conns}"),
+        format!("-d{secs}s"),
+        "--latency".to_string(),
+    ];
+    let script = (depth > 1)
+        .then(|| {
+            let path = std::env::temp_dir()
+                .join(format!("spindle-bench-pipeline-{}.lua", std::process::id()));
+            std::fs::write(&path, PIPELINE_LUA)
+                .map(|()| path)
+                .map_err(|e| format!("cannot write wrk's pipelining script: {e}"))
+        })
+        .transpose()?;
+    if let Some(path) = &script {
+        args.extend(["-s".to_string(), path.display().to_string()]);
+    }
+    args.push(format!("http://{addr}/"));
+    if script.is_some() {
+        args.extend(["--".to_string(), depth.to_string()]);
+    }
+    let out = Command::new(wrk).args(&args).stdin(Stdio::null()).output();
+    if let Some(path) = &script {
+        let _ = std::fs::remove_file(path);
+    }
+    let out = out.map_err(|e| format!("cannot run {}: {e}", wrk.display()))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         return Err(format!(
