@@ -248,6 +248,52 @@ async fn hello(
     Ok(resp)
 }
 
+/// The hello service of may_minihttp: the shape of its own TechEmpower plaintext example
+/// (`Content-Type` and the body; it writes `Server`, `Date` and `Content-Length` itself).
+#[derive(Clone)]
+struct MayHello;
+
+impl may_minihttp::HttpService for MayHello {
+    fn call(
+        &mut self,
+        _req: may_minihttp::Request<'_, '_, '_>,
+        rsp: &mut may_minihttp::Response<'_>,
+    ) -> std::io::Result<()> {
+        rsp.header("Content-Type: text/plain").body("Hello, world!");
+        Ok(())
+    }
+}
+
+struct MayHelloFactory;
+
+impl may_minihttp::HttpServiceFactory for MayHelloFactory {
+    type Service = MayHello;
+
+    fn new_service(&self, _id: usize) -> MayHello {
+        MayHello
+    }
+}
+
+/// may_minihttp's server on may with one worker (its own core pinning off: the process is
+/// pinned already).
+pub fn may_minihttp_server(ready: impl FnOnce(u16)) -> Result<(), String> {
+    use may_minihttp::HttpServiceFactory as _;
+    may::config().set_workers(1);
+    may::config().set_worker_pin(false);
+    // It binds an address it is given and does not tell the port: take a free one first.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("cannot find a free port: {e}"))?
+        .port();
+    let server = MayHelloFactory
+        .start(("127.0.0.1", port))
+        .map_err(|e| format!("may_minihttp: {e}"))?;
+    ready(port);
+    server
+        .join()
+        .map_err(|_| "may_minihttp's accept loop panicked".to_string())
+}
+
 /// hyper's HTTP/1 server on tokio's current-thread runtime, one task per connection, with
 /// `pipeline_flush` on (the responses to pipelined requests go out in one write, as the
 /// Spindle server's do).
@@ -386,5 +432,29 @@ mod tests {
     #[test]
     fn hyper_http_pipelines_and_closes() {
         check_pipelining(start("http-hyper-tokio-ct"));
+    }
+
+    #[test]
+    fn may_minihttp_answers_pipelined_requests() {
+        let mut s = TcpStream::connect(start("http-may-minihttp")).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap();
+        let mut all = Vec::new();
+        let mut buf = [0u8; 4096];
+        while String::from_utf8_lossy(&all)
+            .matches("Hello, world!")
+            .count()
+            < 2
+        {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&all));
+            all.extend_from_slice(&buf[..n]);
+        }
+        let text = String::from_utf8(all).unwrap().to_ascii_lowercase();
+        assert!(
+            text.contains("\r\nserver: ") && text.contains("\r\ndate: "),
+            "{text}"
+        );
     }
 }

@@ -100,7 +100,12 @@ const ECHO_IMPLS: [&str; 5] = [
     "thread-per-conn",
 ];
 /// The HTTP servers; `hyper-tokio-ct` is the reference. Their `serve` names are `http-<impl>`.
-const HTTP_IMPLS: [&str; 3] = ["spindle-epoll", "spindle-uring", "hyper-tokio-ct"];
+const HTTP_IMPLS: [&str; 4] = [
+    "spindle-epoll",
+    "spindle-uring",
+    "hyper-tokio-ct",
+    "may-minihttp",
+];
 
 /// What load a row's runs apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,8 @@
 //!   coroutine per connection, `may::net`.
 //! * `thread-per-conn`: `std::net`, one OS thread per connection.
 //!
-//! HTTP servers (`http-<impl>`): see [`super::http`].
+//! HTTP servers (`http-<impl>`: Spindle on either backend, hyper on tokio, may_minihttp): see
+//! [`super::http`].
 
 use std::io::{self, Read, Write};
 use std::sync::Arc;
@@ -231,7 +232,7 @@ pub fn thread_echo(ready: impl FnOnce(u16)) -> Result<(), String> {
 }
 
 /// Every server `serve` knows.
-pub const SERVERS: [&str; 8] = [
+pub const SERVERS: [&str; 9] = [
     "spindle-epoll",
     "spindle-uring",
     "tokio-ct",
@@ -240,6 +241,7 @@ pub const SERVERS: [&str; 8] = [
     "http-spindle-epoll",
     "http-spindle-uring",
     "http-hyper-tokio-ct",
+    "http-may-minihttp",
 ];
 
 /// Runs server `kind`, calling `ready(port)` once it listens. Returns only on error.
@@ -253,6 +255,7 @@ pub fn run_server(kind: &str, ready: impl FnOnce(u16) + Send) -> Result<(), Stri
         "http-spindle-epoll" => spindle_server(Backend::Epoll, ready, http::spindle_conn),
         "http-spindle-uring" => spindle_server(Backend::Uring, ready, http::spindle_conn),
         "http-hyper-tokio-ct" => http::hyper_server(ready),
+        "http-may-minihttp" => http::may_minihttp_server(ready),
         other => Err(format!(
             "unknown server `{other}` (servers: {})",
             SERVERS.join(", ")
