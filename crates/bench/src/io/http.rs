@@ -171,13 +171,32 @@ fn date_now() -> [u8; 29] {
     })
 }
 
-fn respond(out: &mut Vec<u8>, status: &str, body: &[u8], close: bool) {
+/// The head of every `200 OK` up to the date (its length is `BODY`'s, checked below).
+const OK_HEAD: &[u8] =
+    b"HTTP/1.1 200 OK\r\nserver: spindle\r\ncontent-type: text/plain\r\ncontent-length: 13\r\ndate: ";
+const _: () = assert!(BODY.len() == 13);
+
+/// Appends the `200 OK` response with `BODY` (the common case of [`respond`], with its head
+/// written in one piece).
+fn respond_ok(out: &mut Vec<u8>, close: bool, date: &[u8; 29]) {
+    out.extend_from_slice(OK_HEAD);
+    out.extend_from_slice(date);
+    if close {
+        out.extend_from_slice(b"\r\nconnection: close");
+    }
+    out.extend_from_slice(b"\r\n\r\n");
+    out.extend_from_slice(BODY);
+}
+
+/// Appends a response; `date`: the `Date` header's value (read once for all the requests of
+/// one read, so that the clock is not asked for each of a pipelined batch).
+fn respond(out: &mut Vec<u8>, status: &str, body: &[u8], close: bool, date: &[u8; 29]) {
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(status.as_bytes());
     out.extend_from_slice(b"\r\nserver: spindle\r\ncontent-type: text/plain\r\ncontent-length: ");
-    let _ = write!(out, "{}", body.len());
+    out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
     out.extend_from_slice(b"\r\ndate: ");
-    out.extend_from_slice(&date_now());
+    out.extend_from_slice(date);
     if close {
         out.extend_from_slice(b"\r\nconnection: close");
     }
@@ -198,16 +217,17 @@ pub fn serve_conn<S: Read + Write>(mut s: S) {
         filled += n;
         let mut start = 0;
         let mut close = false;
+        let date = date_now();
         while !close {
             match parse(&buf[start..filled]) {
                 Parsed::Incomplete => break,
                 Parsed::Request { len, close: c } => {
-                    respond(&mut out, "200 OK", BODY, c);
+                    respond_ok(&mut out, c, &date);
                     start += len;
                     close = c;
                 }
                 Parsed::Bad(status) => {
-                    respond(&mut out, status, status.as_bytes(), true);
+                    respond(&mut out, status, status.as_bytes(), true, &date);
                     close = true;
                 }
             }
