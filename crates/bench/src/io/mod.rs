@@ -36,10 +36,10 @@
 //!   `echo_cpu_1024_r80k` runs: how often it went to sleep and was woken. It explains CPU
 //!   figures here: on this VM a thread's wake-up from an idle CPU is charged to it at several
 //!   µs (see the README's io section).
-//! * `http_hello_c50` (qps): `wrk -t1 -c50` against a minimal HTTP/1.1 server on Spindle and
-//!   hyper on tokio's current-thread runtime; `http_hello_c50_cpu` (cpu_us_per_req): the
-//!   server's CPU time over the `wrk` run / the requests `wrk` counted. Needs `wrk` (Debian
-//!   package `wrk`); without it these rows are left out with a message.
+//! * `http_hello_c50` (qps): `wrk -t1 -c50` against a minimal HTTP/1.1 server on Spindle,
+//!   hyper on tokio's current-thread runtime and may_minihttp on may; `http_hello_c50_cpu`
+//!   (cpu_us_per_req): the server's CPU time over the `wrk` run / the requests `wrk` counted.
+//!   Needs `wrk` (Debian package `wrk`); without it these rows are left out with a message.
 //! * `http_pipelined_c256_cpu` (cpu_us_per_req) and `http_pipelined_c256` (qps): the same
 //!   servers in TechEmpower's plaintext shape, `wrk -t1 -c256` with a script that pipelines
 //!   16 requests per write. Near 1.5 M req/s `wrk` saturates its core before the servers do,
@@ -393,8 +393,9 @@ fn bench<const R: usize>() -> Bench {
 pub fn suite() -> Suite {
     Suite {
         name: NAME,
-        about: "TCP echo (server CPU per request at a fixed load, peak qps, p99) and HTTP hello \
-                (wrk): Spindle on epoll/io_uring vs tokio, may, threads, hyper",
+        about: "TCP echo (server CPU per request at a fixed load, its user-space part, peak \
+                qps, p99) and HTTP hello, plain and pipelined (wrk): Spindle on epoll/io_uring vs \
+                tokio, may, threads, hyper, may_minihttp",
         benches: vec![
             bench::<0>(),
             bench::<1>(),
