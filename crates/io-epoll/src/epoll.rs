@@ -285,10 +285,25 @@ impl EpollDriver {
         // The buffer's length is at most MAX_EVENT_CAPACITY, which fits a c_int.
         let max = libc::c_int::try_from(events.len()).unwrap_or(libc::c_int::MAX);
         loop {
+            // The system call itself (`epoll_pwait` without a signal mask, as `epoll_wait` on
+            // every architecture), not libc's `epoll_wait`: that is a thread-cancellation
+            // point, which glibc brackets with bookkeeping on every call once the process has
+            // a second thread, and Rust code never cancels threads.
             // SAFETY: `events` is a live, writable buffer of at least `max` epoll_events, which
-            // the kernel fills during the call; `self.epoll` stays open until `Drop`, which
-            // cannot run during `park` (it takes `&mut self`).
-            let n = unsafe { libc::epoll_wait(self.epoll, events.as_mut_ptr(), max, ms) };
+            // the kernel fills during the call; a null signal mask is none. `self.epoll` stays
+            // open until `Drop`, which cannot run during `park` (it takes `&mut self`).
+            let n = unsafe {
+                libc::syscall(
+                    libc::SYS_epoll_pwait,
+                    libc::c_long::from(self.epoll),
+                    events.as_mut_ptr(),
+                    libc::c_long::from(max),
+                    libc::c_long::from(ms),
+                    std::ptr::null::<libc::sigset_t>(),
+                    // The mask's size: not looked at when the mask is null.
+                    8 as libc::c_long,
+                )
+            };
             if let Ok(n) = usize::try_from(n) {
                 return Ok(n);
             }

@@ -423,8 +423,13 @@ impl UringDriver {
             record.state.set(Slot::InKernel);
             inner.in_flight += 1;
         }
+        // A push reaps completions only when the submission queue was full; usually there is
+        // nothing to wake.
+        let reaped = !inner.wakes.is_empty() || !inner.accepted.is_empty();
         drop(inner);
-        self.wake_all();
+        if reaped {
+            self.wake_all();
+        }
         pushed
     }
 
@@ -445,9 +450,17 @@ impl UringDriver {
     /// Wakes the wakers of the completions reaped so far (outside any borrow: a waker may run
     /// arbitrary code).
     fn wake_all(&self) {
-        let accepted = std::mem::take(&mut self.inner.borrow_mut().accepted);
-        for (queue, result, more) in accepted {
-            queue.complete(result, more);
+        let accepted = {
+            let mut inner = self.inner.borrow_mut();
+            if inner.accepted.is_empty() && inner.wakes.is_empty() {
+                return;
+            }
+            (!inner.accepted.is_empty()).then(|| std::mem::take(&mut inner.accepted))
+        };
+        if let Some(accepted) = accepted {
+            for (queue, result, more) in accepted {
+                queue.complete(result, more);
+            }
         }
         let mut wakes = {
             let mut inner = self.inner.borrow_mut();

@@ -8,6 +8,8 @@ use std::io;
 use std::mem;
 use std::net::SocketAddr;
 use std::os::fd::{OwnedFd, RawFd};
+#[cfg(target_os = "linux")]
+use std::ptr;
 
 use socket2::{Domain, SockAddr, SockAddrStorage, SockRef, Socket, Type};
 
@@ -250,6 +252,63 @@ pub(crate) fn recv_stream(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, bool)
         n as usize,
         msg.msg_flags & (libc::MSG_CTRUNC | libc::MSG_EOR) == 0,
     ))
+}
+
+/// A non-blocking `recv(2)` on stream socket `fd` into `buf`.
+///
+/// On Linux it is the system call itself (`recvfrom` through `syscall(2)`), not libc's
+/// `recv`: libc's is a thread-cancellation point, and once the process has a second thread
+/// glibc brackets every such call with cancellation bookkeeping that Rust code never uses
+/// (it does not call `pthread_cancel`), a cost on every read of a busy socket.
+pub(crate) fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    #[cfg(target_os = "linux")]
+    // SAFETY: `buf` is valid and writable for `buf.len()` bytes for the call's duration; no
+    // source address is asked for (null pointers).
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_recvfrom,
+            libc::c_long::from(fd),
+            buf.as_mut_ptr(),
+            buf.len(),
+            0 as libc::c_long,
+            ptr::null_mut::<libc::sockaddr>(),
+            ptr::null_mut::<libc::socklen_t>(),
+        )
+    };
+    #[cfg(not(target_os = "linux"))]
+    // SAFETY: as above.
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+/// A non-blocking `send(2)` on stream socket `fd` from `buf`, with [`SEND_NO_SIGPIPE`]: a
+/// closed connection gives `EPIPE`, never `SIGPIPE`. On Linux the system call itself, as in
+/// [`recv`].
+pub(crate) fn send(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    #[cfg(target_os = "linux")]
+    // SAFETY: `buf` is valid for reads of `buf.len()` bytes for the call's duration; no
+    // destination address (null, length 0).
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_sendto,
+            libc::c_long::from(fd),
+            buf.as_ptr(),
+            buf.len(),
+            libc::c_long::from(SEND_NO_SIGPIPE),
+            ptr::null::<libc::sockaddr>(),
+            0 as libc::c_long,
+        )
+    };
+    #[cfg(not(target_os = "linux"))]
+    // SAFETY: as above.
+    let n = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), SEND_NO_SIGPIPE) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
 }
 
 /// A receive on `fd` into `buf` (peeking when `peek`), for a proactor.

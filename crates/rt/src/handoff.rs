@@ -150,10 +150,12 @@ impl MovableTimers {
 
 /// Wakes the tasks of fired timers `due`, from worker `here` (`None`: from the monitor) —
 /// those still idle in the park that armed the timer; the entries' own references are
-/// dropped.
-pub(crate) fn fire(shared: &Shared, here: Option<usize>, due: Vec<TimerEntry>) {
+/// dropped. Returns whether it woke any.
+pub(crate) fn fire(shared: &Shared, here: Option<usize>, due: Vec<TimerEntry>) -> bool {
+    let mut woke = false;
     for entry in due {
         if entry.task.header().timer_fired(entry.seq) {
+            woke = true;
             // SAFETY: `timer_fired` moved it out of idle: the idle state's reference is
             // ours. (The entry's own reference is dropped with the entry.)
             let task = unsafe { entry.task.idle_reference() };
@@ -161,4 +163,5 @@ pub(crate) fn fire(shared: &Shared, here: Option<usize>, due: Vec<TimerEntry>) {
             shared.schedule_from(here, task, Reason::WokenByWorker);
         }
     }
+    woke
 }

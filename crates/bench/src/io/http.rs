@@ -2,9 +2,11 @@
 //! `spindle_io::net::TcpStream` (the bench's copy of the example), and hyper's HTTP/1 server on
 //! tokio's current-thread runtime.
 //!
-//! Both answer every request with the same 13-byte body and the same headers
-//! (`content-type`, `content-length`, `date`: hyper adds `date` itself and caches it per
-//! second; the Spindle server does the same).
+//! Both answer every request with the same 13-byte body and the same headers, those
+//! TechEmpower's plaintext test requires (`server`, `content-type`, `content-length`, `date`:
+//! hyper adds `date` itself and caches it per second; the Spindle server does the same), and
+//! both parse each request in full (method, target, version, every header field; the Spindle
+//! server with `httparse`, which hyper uses too).
 //!
 //! The Spindle server keeps connections alive (HTTP/1.1's default; `Connection: close` or
 //! HTTP/1.0 without `keep-alive` closes after the response) and handles pipelining: it answers
@@ -52,37 +54,37 @@ fn trim(mut s: &[u8]) -> &[u8] {
     s
 }
 
-/// Parses the request at the start of `buf`.
+/// The most header fields a request may have.
+const MAX_HEADERS: usize = 32;
+
+/// Parses the request at the start of `buf` in full (`httparse`: method, target, version and
+/// every header field), as TechEmpower's rules ask of a server.
 pub fn parse(buf: &[u8]) -> Parsed {
-    let Some(head_end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return if buf.len() >= MAX_HEAD {
-            Parsed::Bad("431 Request Header Fields Too Large")
-        } else {
-            Parsed::Incomplete
-        };
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    let head_len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => {
+            return Parsed::Bad("431 Request Header Fields Too Large");
+        }
+        Ok(httparse::Status::Partial) => return Parsed::Incomplete,
+        Err(httparse::Error::TooManyHeaders) => {
+            return Parsed::Bad("431 Request Header Fields Too Large");
+        }
+        Err(httparse::Error::Version) => return Parsed::Bad("505 HTTP Version Not Supported"),
+        Err(_) => return Parsed::Bad("400 Bad Request"),
     };
-    if head_end + 4 > MAX_HEAD {
+    if head_len > MAX_HEAD {
         return Parsed::Bad("431 Request Header Fields Too Large");
     }
-    let mut lines = buf[..head_end].split(|&b| b == b'\n').map(trim);
-    let request_line = lines.next().unwrap_or_default();
-    let mut parts = request_line.split(|&b| b == b' ').filter(|p| !p.is_empty());
-    let (Some(_method), Some(_target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
+    let (Some(_method), Some(_target), Some(version)) = (req.method, req.path, req.version) else {
         return Parsed::Bad("400 Bad Request");
     };
-    let mut close = match version {
-        b"HTTP/1.1" => false,
-        b"HTTP/1.0" => true,
-        _ => return Parsed::Bad("505 HTTP Version Not Supported"),
-    };
+    // httparse accepts HTTP/1.0 and HTTP/1.1 only.
+    let mut close = version == 0;
     let mut body = 0usize;
-    for line in lines {
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            return Parsed::Bad("400 Bad Request");
-        };
-        let (name, value) = (&line[..colon], trim(&line[colon + 1..]));
+    for h in req.headers.iter() {
+        let (name, value) = (h.name.as_bytes(), trim(h.value));
         if name.eq_ignore_ascii_case(b"content-length") {
             match std::str::from_utf8(value).ok().and_then(|v| v.parse().ok()) {
                 Some(n) => body = n,
@@ -100,7 +102,7 @@ pub fn parse(buf: &[u8]) -> Parsed {
             }
         }
     }
-    let len = match (head_end + 4).checked_add(body) {
+    let len = match head_len.checked_add(body) {
         Some(len) if len <= BUF => len,
         _ => return Parsed::Bad("413 Content Too Large"),
     };
@@ -169,13 +171,32 @@ fn date_now() -> [u8; 29] {
     })
 }
 
-fn respond(out: &mut Vec<u8>, status: &str, body: &[u8], close: bool) {
+/// The head of every `200 OK` up to the date (its length is `BODY`'s, checked below).
+const OK_HEAD: &[u8] =
+    b"HTTP/1.1 200 OK\r\nserver: spindle\r\ncontent-type: text/plain\r\ncontent-length: 13\r\ndate: ";
+const _: () = assert!(BODY.len() == 13);
+
+/// Appends the `200 OK` response with `BODY` (the common case of [`respond`], with its head
+/// written in one piece).
+fn respond_ok(out: &mut Vec<u8>, close: bool, date: &[u8; 29]) {
+    out.extend_from_slice(OK_HEAD);
+    out.extend_from_slice(date);
+    if close {
+        out.extend_from_slice(b"\r\nconnection: close");
+    }
+    out.extend_from_slice(b"\r\n\r\n");
+    out.extend_from_slice(BODY);
+}
+
+/// Appends a response; `date`: the `Date` header's value (read once for all the requests of
+/// one read, so that the clock is not asked for each of a pipelined batch).
+fn respond(out: &mut Vec<u8>, status: &str, body: &[u8], close: bool, date: &[u8; 29]) {
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(status.as_bytes());
-    out.extend_from_slice(b"\r\ncontent-type: text/plain\r\ncontent-length: ");
-    let _ = write!(out, "{}", body.len());
+    out.extend_from_slice(b"\r\nserver: spindle\r\ncontent-type: text/plain\r\ncontent-length: ");
+    out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
     out.extend_from_slice(b"\r\ndate: ");
-    out.extend_from_slice(&date_now());
+    out.extend_from_slice(date);
     if close {
         out.extend_from_slice(b"\r\nconnection: close");
     }
@@ -196,16 +217,17 @@ pub fn serve_conn<S: Read + Write>(mut s: S) {
         filled += n;
         let mut start = 0;
         let mut close = false;
+        let date = date_now();
         while !close {
             match parse(&buf[start..filled]) {
                 Parsed::Incomplete => break,
                 Parsed::Request { len, close: c } => {
-                    respond(&mut out, "200 OK", BODY, c);
+                    respond_ok(&mut out, c, &date);
                     start += len;
                     close = c;
                 }
                 Parsed::Bad(status) => {
-                    respond(&mut out, status, status.as_bytes(), true);
+                    respond(&mut out, status, status.as_bytes(), true, &date);
                     close = true;
                 }
             }
@@ -239,11 +261,62 @@ async fn hello(
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static("text/plain"),
     );
+    resp.headers_mut().insert(
+        hyper::header::SERVER,
+        hyper::header::HeaderValue::from_static("hyper"),
+    );
     Ok(resp)
 }
 
-/// hyper's HTTP/1 server (default settings) on tokio's current-thread runtime, one task per
-/// connection.
+/// The hello service of may_minihttp: the shape of its own TechEmpower plaintext example
+/// (`Content-Type` and the body; it writes `Server`, `Date` and `Content-Length` itself).
+#[derive(Clone)]
+struct MayHello;
+
+impl may_minihttp::HttpService for MayHello {
+    fn call(
+        &mut self,
+        _req: may_minihttp::Request<'_, '_, '_>,
+        rsp: &mut may_minihttp::Response<'_>,
+    ) -> std::io::Result<()> {
+        rsp.header("Content-Type: text/plain").body("Hello, world!");
+        Ok(())
+    }
+}
+
+struct MayHelloFactory;
+
+impl may_minihttp::HttpServiceFactory for MayHelloFactory {
+    type Service = MayHello;
+
+    fn new_service(&self, _id: usize) -> MayHello {
+        MayHello
+    }
+}
+
+/// may_minihttp's server on may with one worker (its own core pinning off: the process is
+/// pinned already).
+pub fn may_minihttp_server(ready: impl FnOnce(u16)) -> Result<(), String> {
+    use may_minihttp::HttpServiceFactory as _;
+    may::config().set_workers(1);
+    may::config().set_worker_pin(false);
+    // It binds an address it is given and does not tell the port: take a free one first.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("cannot find a free port: {e}"))?
+        .port();
+    let server = MayHelloFactory
+        .start(("127.0.0.1", port))
+        .map_err(|e| format!("may_minihttp: {e}"))?;
+    ready(port);
+    server
+        .join()
+        .map_err(|_| "may_minihttp's accept loop panicked".to_string())
+}
+
+/// hyper's HTTP/1 server on tokio's current-thread runtime, one task per connection, with
+/// `pipeline_flush` on (the responses to pipelined requests go out in one write, as the
+/// Spindle server's do).
 pub fn hyper_server(ready: impl FnOnce(u16)) -> Result<(), String> {
     super::servers::tokio_ct()?.block_on(async move {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -265,6 +338,7 @@ pub fn hyper_server(ready: impl FnOnce(u16)) -> Result<(), String> {
             tokio::spawn(async move {
                 // A connection error (the client went away) ends only that connection.
                 let _ = hyper::server::conn::http1::Builder::new()
+                    .pipeline_flush(true)
                     .serve_connection(
                         hyper_util::rt::TokioIo::new(s),
                         hyper::service::service_fn(hello),
@@ -354,6 +428,7 @@ mod tests {
         assert_eq!(text.matches("Hello, world!").count(), 3, "{text}");
         assert!(text.to_ascii_lowercase().contains("content-length: 13"));
         assert!(text.contains(" GMT\r\n"));
+        assert!(text.to_ascii_lowercase().contains("\r\nserver: "), "{text}");
     }
 
     fn start(kind: &'static str) -> SocketAddr {
@@ -377,5 +452,29 @@ mod tests {
     #[test]
     fn hyper_http_pipelines_and_closes() {
         check_pipelining(start("http-hyper-tokio-ct"));
+    }
+
+    #[test]
+    fn may_minihttp_answers_pipelined_requests() {
+        let mut s = TcpStream::connect(start("http-may-minihttp")).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap();
+        let mut all = Vec::new();
+        let mut buf = [0u8; 4096];
+        while String::from_utf8_lossy(&all)
+            .matches("Hello, world!")
+            .count()
+            < 2
+        {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&all));
+            all.extend_from_slice(&buf[..n]);
+        }
+        let text = String::from_utf8(all).unwrap().to_ascii_lowercase();
+        assert!(
+            text.contains("\r\nserver: ") && text.contains("\r\ndate: "),
+            "{text}"
+        );
     }
 }

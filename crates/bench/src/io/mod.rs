@@ -4,7 +4,7 @@
 //! --cpu <n>`, see [`servers`]) pinned to the first CPU this process may use (core 0), with one
 //! worker; the load runs on this process's calling thread pinned to the second (core 1): the
 //! [`client`] (single-threaded epoll, ping-pong echo, `TCP_NODELAY`) for the echo rows, `wrk
-//! -t1 -c50` for the HTTP rows.
+//! -t1` for the HTTP rows.
 //!
 //! # What the rows measure
 //!
@@ -17,8 +17,17 @@
 //!
 //! * `echo_cpu_<size>_r<rate>` (cpu_us_per_req): 50 connections, `<size>`-byte messages,
 //!   paced to `<rate>` req/s.
+//! * `echo_user_cpu_<size>_r80k` (cpu_us_per_req): the user-space part of the same runs'
+//!   server CPU (`utime` of `/proc/PID/stat`): the cost that is the server's own code, without
+//!   the kernel's TCP work and wake-ups, which are much the same for every server. The kernel
+//!   splits run time into user and system time in proportion to the timer ticks (100 Hz) that
+//!   found the process in each, so one run's figure is a sample (about ±0.2 µs at this load,
+//!   where a few of the window's ~100 ticks land in user space); the median over rounds
+//!   steadies it, and callgrind's instruction counts (see `docs/benchmarks.md`) are the exact
+//!   measure behind it.
 //! * `echo_1024_r80k_p99` (us): the 99th-percentile latency of the `echo_cpu_1024_r80k` runs,
-//!   measured from each request's due time (so a server that falls behind shows).
+//!   measured from each request's due time (so a server that falls behind shows). Like every
+//!   row, the value is the median over the rounds, with their min and max beside it.
 //! * `echo_1024_c<N>` (qps): unpaced, `N` connections, 1 KiB; `_p99` (us) from the same runs.
 //! * `..._client_idle` (cpu_pct): the client's time in `epoll_pwait2` / window in the same runs:
 //!   near 0 means the client, not the server, set the pace.
@@ -27,10 +36,14 @@
 //!   `echo_cpu_1024_r80k` runs: how often it went to sleep and was woken. It explains CPU figures
 //!   here: on a VM a thread's wake-up from an idle CPU can be charged to it at several µs
 //!   (`spindle-bench wakecost` measures it; see docs/benchmarks.md, io section).
-//! * `http_hello_c50` (qps): `wrk -t1 -c50` against a minimal HTTP/1.1 server on Spindle and
-//!   hyper on tokio's current-thread runtime; `http_hello_c50_cpu` (cpu_us_per_req): the
-//!   server's CPU time over the `wrk` run / the requests `wrk` counted. Needs `wrk` (Debian
-//!   package `wrk`); without it these rows are left out with a message.
+//! * `http_hello_c50` (qps): `wrk -t1 -c50` against a minimal HTTP/1.1 server on Spindle,
+//!   hyper on tokio's current-thread runtime and may_minihttp on may; `http_hello_c50_cpu`
+//!   (cpu_us_per_req): the server's CPU time over the `wrk` run / the requests `wrk` counted.
+//!   Needs `wrk` (Debian package `wrk`); without it these rows are left out with a message.
+//! * `http_pipelined_c256_cpu` (cpu_us_per_req) and `http_pipelined_c256` (qps): the same
+//!   servers in TechEmpower's plaintext shape, `wrk -t1 -c256` with a script that pipelines
+//!   16 requests per write. Near 1.5 M req/s `wrk` saturates its core before the servers do,
+//!   so CPU per request is the figure here and requests/s is reported beside it.
 //!
 //! Rows of the same scenario (e.g. `echo_cpu_1024_r80k`, `echo_1024_r80k_p99` and
 //! `echo_1024_r80k_client_idle`) share runs: the first row's `k`-th round runs the scenario
@@ -87,7 +100,12 @@ const ECHO_IMPLS: [&str; 5] = [
     "thread-per-conn",
 ];
 /// The HTTP servers; `hyper-tokio-ct` is the reference. Their `serve` names are `http-<impl>`.
-const HTTP_IMPLS: [&str; 3] = ["spindle-epoll", "spindle-uring", "hyper-tokio-ct"];
+const HTTP_IMPLS: [&str; 4] = [
+    "spindle-epoll",
+    "spindle-uring",
+    "hyper-tokio-ct",
+    "may-minihttp",
+];
 
 /// What load a row's runs apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,8 +117,9 @@ enum Scenario {
         /// Offered req/s; `None`: unpaced.
         rate: Option<u32>,
     },
-    /// `wrk -t1 -c<conns>` against the HTTP servers.
-    Http { conns: usize },
+    /// `wrk -t1 -c<conns>` against the HTTP servers, `depth` requests per write (1: no
+    /// pipelining).
+    Http { conns: usize, depth: usize },
 }
 
 impl Scenario {
@@ -130,6 +149,7 @@ impl Scenario {
 #[derive(Debug, Clone, Copy)]
 enum Metric {
     CpuPerReq,
+    UserCpuPerReq,
     Qps,
     P99,
     ClientIdle,
@@ -142,6 +162,8 @@ struct Outcome {
     requests: u64,
     qps: f64,
     server_cpu_s: f64,
+    /// The user-space part of `server_cpu_s`, where the run measured it.
+    server_user_s: Option<f64>,
     p99_us: Option<f64>,
     client_idle_pct: Option<f64>,
     /// The server's context switches (all its live threads) per request in the window.
@@ -153,6 +175,11 @@ impl Metric {
         match self {
             Metric::CpuPerReq if o.requests == 0 => Err("no request completed".into()),
             Metric::CpuPerReq => Ok(o.server_cpu_s * 1e6 / o.requests as f64),
+            Metric::UserCpuPerReq if o.requests == 0 => Err("no request completed".into()),
+            Metric::UserCpuPerReq => o
+                .server_user_s
+                .map(|u| u * 1e6 / o.requests as f64)
+                .ok_or_else(|| "this run measured no user-space CPU time".into()),
             Metric::Qps => Ok(o.qps),
             Metric::P99 => o.p99_us.ok_or_else(|| "this run measured no p99".into()),
             Metric::ClientIdle => o
@@ -197,7 +224,15 @@ const fn peak(conns: usize) -> Scenario {
         rate: None,
     }
 }
-const HTTP_C50: Scenario = Scenario::Http { conns: 50 };
+const HTTP_C50: Scenario = Scenario::Http {
+    conns: 50,
+    depth: 1,
+};
+/// TechEmpower's plaintext shape: 256 connections, 16 pipelined requests per write.
+const HTTP_PIPELINED: Scenario = Scenario::Http {
+    conns: 256,
+    depth: 16,
+};
 
 const fn row(
     name: &'static str,
@@ -217,7 +252,7 @@ const fn row(
 }
 
 /// Every row, in table order. A scenario's first row runs it; see the module docs.
-const ROWS: [Row; 16] = [
+const ROWS: [Row; 20] = [
     Row {
         published: &[
             "measured earlier on this machine (us/req): tokio-ct 8.65, may 8.51, \
@@ -247,10 +282,24 @@ const ROWS: [Row; 16] = [
         true,
     ),
     row(
+        "echo_user_cpu_1024_r80k",
+        Unit::CpuUsPerReq,
+        R80K_1024,
+        Metric::UserCpuPerReq,
+        true,
+    ),
+    row(
         "echo_cpu_64_r80k",
         Unit::CpuUsPerReq,
         R80K_64,
         Metric::CpuPerReq,
+        true,
+    ),
+    row(
+        "echo_user_cpu_64_r80k",
+        Unit::CpuUsPerReq,
+        R80K_64,
+        Metric::UserCpuPerReq,
         true,
     ),
     row(
@@ -300,6 +349,20 @@ const ROWS: [Row; 16] = [
         Metric::CpuPerReq,
         true,
     ),
+    row(
+        "http_pipelined_c256_cpu",
+        Unit::CpuUsPerReq,
+        HTTP_PIPELINED,
+        Metric::CpuPerReq,
+        false,
+    ),
+    row(
+        "http_pipelined_c256",
+        Unit::Qps,
+        HTTP_PIPELINED,
+        Metric::Qps,
+        false,
+    ),
 ];
 
 /// The bench of row `R`: one impl per server of its scenario.
@@ -330,8 +393,9 @@ fn bench<const R: usize>() -> Bench {
 pub fn suite() -> Suite {
     Suite {
         name: NAME,
-        about: "TCP echo (server CPU per request at a fixed load, peak qps, p99) and HTTP hello \
-                (wrk): Spindle on epoll/io_uring vs tokio, may, threads, hyper",
+        about: "TCP echo (server CPU per request at a fixed load, its user-space part, peak \
+                qps, p99) and HTTP hello, plain and pipelined (wrk): Spindle on epoll/io_uring vs \
+                tokio, may, threads, hyper, may_minihttp",
         benches: vec![
             bench::<0>(),
             bench::<1>(),
@@ -349,6 +413,10 @@ pub fn suite() -> Suite {
             bench::<13>(),
             bench::<14>(),
             bench::<15>(),
+            bench::<16>(),
+            bench::<17>(),
+            bench::<18>(),
+            bench::<19>(),
         ],
     }
 }
@@ -418,8 +486,8 @@ pub fn prepare(suite: &Suite, opts: &RunOptions) -> Suite {
     });
     if uses_http && sys::find_wrk().is_none() {
         println!(
-            "io: `wrk` is not installed (Debian: `apt-get install -y wrk`): the http_hello rows \
-             are left out"
+            "io: `wrk` is not installed (Debian: `apt-get install -y wrk`): the http rows are \
+             left out"
         );
         suite.benches.retain(|b| {
             !ROWS
@@ -614,6 +682,7 @@ fn run_scenario_on(
     };
     let mut ticks = Vec::with_capacity(2);
     let mut switches = Vec::with_capacity(2);
+    let mut user = Vec::with_capacity(2);
     let result = match scenario {
         Scenario::Echo { size, conns, rate } => {
             let (warmup, window) = if ctx.quick {
@@ -631,11 +700,15 @@ fn run_scenario_on(
             client::run(server.addr, &load, || {
                 ticks.push(sys::cpu_ticks(server_cpu)?);
                 switches.push(server.context_switches()?);
-                server.cpu_seconds()
+                let (u, s) = server.cpu_times()?;
+                user.push(u);
+                Ok(u + s)
             })
-            .map(|r| echo_outcome(bench, imp, rate, &r, &ticks, &switches))
+            .map(|r| echo_outcome(bench, imp, rate, &r, &ticks, &switches, &user))
         }
-        Scenario::Http { conns } => run_http(bench, imp, &server, server_cpu, conns, ctx),
+        Scenario::Http { conns, depth } => {
+            run_http(bench, imp, &server, server_cpu, conns, depth, ctx)
+        }
     };
     let log = server.stop();
     let result = result?;
@@ -658,6 +731,7 @@ fn echo_outcome(
     r: &client::Report,
     ticks: &[(u64, u64)],
     switches: &[u64],
+    user: &[f64],
 ) -> Outcome {
     let achieved = r.achieved_rate();
     let switches_per_req = match switches {
@@ -667,6 +741,10 @@ fn echo_outcome(
         _ => None,
     };
     let server_cpu_s = r.marks.1 - r.marks.0;
+    let server_user_s = match user {
+        [start, end, ..] => Some(end - start),
+        _ => None,
+    };
     let window_s = r.elapsed.as_secs_f64();
     let foreign = foreign_pct(ticks, server_cpu_s, window_s);
     if let Some(rate) = rate
@@ -692,11 +770,12 @@ fn echo_outcome(
     if verbose() {
         note(&format!(
             "{bench} / {imp}: {} requests in {window_s:.3} s = {achieved:.0}/s, server CPU \
-             {server_cpu_s:.3} s = {:.2} us/req, p50 {:.0} us, p99 {:.0} us, max {:.0} us, \
+             {server_cpu_s:.3} s = {:.2} us/req (user {:.2}), p50 {:.0} us, p99 {:.0} us, max {:.0} us, \
              client idle {:.1} %, dropped {}, other work on the server's CPU {:.1} %, server \
              context switches {:.3}/req",
             r.requests,
             server_cpu_s * 1e6 / r.requests.max(1) as f64,
+            server_user_s.unwrap_or(f64::NAN) * 1e6 / r.requests.max(1) as f64,
             r.latency.percentile(0.5) / 1e3,
             r.latency.percentile(0.99) / 1e3,
             r.latency.percentile(1.0) / 1e3,
@@ -710,6 +789,7 @@ fn echo_outcome(
         requests: r.requests,
         qps: achieved,
         server_cpu_s,
+        server_user_s,
         p99_us: Some(r.latency.percentile(0.99) / 1e3),
         client_idle_pct: Some(r.idle_pct),
         server_switches_per_req: switches_per_req,
@@ -722,15 +802,16 @@ fn run_http(
     server: &sys::Server,
     server_cpu: usize,
     conns: usize,
+    depth: usize,
     ctx: &Ctx,
 ) -> Result<Outcome, String> {
     let wrk = sys::find_wrk().ok_or("`wrk` is not installed (apt-get install -y wrk)")?;
     // Warm-up: connections, stacks, caches.
-    sys::run_wrk(&wrk, server.addr, conns, 1)?;
+    sys::run_wrk(&wrk, server.addr, conns, depth, 1)?;
     let secs = if ctx.quick { 1 } else { 2 };
     let ticks0 = sys::cpu_ticks(server_cpu)?;
     let before = server.cpu_seconds()?;
-    let r = sys::run_wrk(&wrk, server.addr, conns, secs)?;
+    let r = sys::run_wrk(&wrk, server.addr, conns, depth, secs)?;
     let after = server.cpu_seconds()?;
     let ticks1 = sys::cpu_ticks(server_cpu)?;
     if r.non_2xx > 0 {
@@ -768,6 +849,7 @@ fn run_http(
         requests: r.requests,
         qps: r.qps,
         server_cpu_s,
+        server_user_s: None,
         p99_us: r.p99_us,
         client_idle_pct: None,
         server_switches_per_req: None,
@@ -815,11 +897,18 @@ mod tests {
             requests: 1000,
             qps: 500.0,
             server_cpu_s: 0.01,
+            server_user_s: Some(0.002),
             p99_us: Some(42.0),
             client_idle_pct: None,
             server_switches_per_req: None,
         };
         assert_eq!(Metric::CpuPerReq.value(&o).unwrap(), 10.0);
+        assert_eq!(Metric::UserCpuPerReq.value(&o).unwrap(), 2.0);
+        let no_user = Outcome {
+            server_user_s: None,
+            ..o
+        };
+        assert!(Metric::UserCpuPerReq.value(&no_user).is_err());
         assert_eq!(Metric::Qps.value(&o).unwrap(), 500.0);
         assert_eq!(Metric::P99.value(&o).unwrap(), 42.0);
         assert!(Metric::ClientIdle.value(&o).is_err());
@@ -831,5 +920,6 @@ mod tests {
         assert_eq!(Metric::ServerSwitches.value(&counted).unwrap(), 0.25);
         let none = Outcome { requests: 0, ..o };
         assert!(Metric::CpuPerReq.value(&none).is_err());
+        assert!(Metric::UserCpuPerReq.value(&none).is_err());
     }
 }

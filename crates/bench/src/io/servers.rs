@@ -15,7 +15,8 @@
 //!   `spindle-epoll`, with `spindle-hook` making its blocking calls cooperative (in the bench
 //!   binary built with the `hook` feature only; the `hook` suite's `std_echo_cpu_1024_r80k`).
 //!
-//! HTTP servers (`http-<impl>`): see [`super::http`].
+//! HTTP servers (`http-<impl>`: Spindle on either backend, hyper on tokio, may_minihttp): see
+//! [`super::http`].
 
 use std::io::{self, Read, Write};
 use std::sync::Arc;
@@ -269,7 +270,7 @@ pub fn hook_std_echo(ready: impl FnOnce(u16) + Send) -> Result<(), String> {
 }
 
 /// Every server `serve` knows.
-pub const SERVERS: [&str; 9] = [
+pub const SERVERS: [&str; 10] = [
     "spindle-epoll",
     "spindle-uring",
     "tokio-ct",
@@ -279,6 +280,7 @@ pub const SERVERS: [&str; 9] = [
     "http-spindle-uring",
     "http-hyper-tokio-ct",
     "hook-std",
+    "http-may-minihttp",
 ];
 
 /// Runs server `kind`, calling `ready(port)` once it listens. Returns only on error.
@@ -293,6 +295,7 @@ pub fn run_server(kind: &str, ready: impl FnOnce(u16) + Send) -> Result<(), Stri
         "http-spindle-uring" => spindle_server(Backend::Uring, ready, http::spindle_conn),
         "http-hyper-tokio-ct" => http::hyper_server(ready),
         "hook-std" => hook_std_echo(ready),
+        "http-may-minihttp" => http::may_minihttp_server(ready),
         other => Err(format!(
             "unknown server `{other}` (servers: {})",
             SERVERS.join(", ")

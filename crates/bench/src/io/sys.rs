@@ -190,9 +190,10 @@ pub fn clock_ticks() -> f64 {
     if t > 0 { t as f64 } else { 100.0 }
 }
 
-/// `utime + stime` (in clock ticks) from the text of `/proc/PID/stat`: fields 14 and 15, the
-/// CPU time of every thread of the process, the exited ones included.
-pub fn parse_stat_ticks(stat: &str) -> Result<u64, String> {
+/// `(utime, stime)` (in clock ticks) from the text of `/proc/PID/stat` (fields 14 and 15): the
+/// process's CPU time in user space and in the kernel, of every thread, the exited ones
+/// included.
+pub fn parse_stat_times(stat: &str) -> Result<(u64, u64), String> {
     // The command name (field 2) is in parentheses and may contain spaces and parentheses:
     // the fields after it start after the last ')'.
     let rest = stat
@@ -208,7 +209,7 @@ pub fn parse_stat_ticks(stat: &str) -> Result<u64, String> {
             .parse::<u64>()
             .map_err(|e| format!("/proc/PID/stat {name}: {e}"))
     };
-    Ok(field(11, "utime")? + field(12, "stime")?)
+    Ok((field(11, "utime")?, field(12, "stime")?))
 }
 
 /// `voluntary_ctxt_switches + nonvoluntary_ctxt_switches` from the text of
@@ -258,9 +259,21 @@ pub fn process_context_switches(pid: u32) -> Result<u64, String> {
 
 /// CPU seconds (user + system, all threads) used so far by process `pid`.
 pub fn process_cpu_seconds(pid: u32) -> Result<f64, String> {
+    let (user, system) = process_cpu_times(pid)?;
+    Ok(user + system)
+}
+
+/// CPU seconds `(user, system)` (all threads) used so far by process `pid`.
+///
+/// The kernel splits a thread's exact run time into user and system time in proportion to the
+/// timer ticks that found it in each, so the user share is a sample: at 100 ticks/s a window
+/// of 1.5 s resolves it to a few percent of the total.
+pub fn process_cpu_times(pid: u32) -> Result<(f64, f64), String> {
     let path = format!("/proc/{pid}/stat");
     let stat = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {path}: {e}"))?;
-    Ok(parse_stat_ticks(&stat)? as f64 / clock_ticks())
+    let (user, system) = parse_stat_times(&stat)?;
+    let hz = clock_ticks();
+    Ok((user as f64 / hz, system as f64 / hz))
 }
 
 /// A server in a child process: `<this binary> serve <impl> --cpu <cpu>`, which pins itself to
@@ -356,6 +369,11 @@ impl Server {
 
     pub fn cpu_seconds(&self) -> Result<f64, String> {
         process_cpu_seconds(self.pid())
+    }
+
+    /// CPU seconds `(user, system)`; see [`process_cpu_times`].
+    pub fn cpu_times(&self) -> Result<(f64, f64), String> {
+        process_cpu_times(self.pid())
     }
 
     pub fn context_switches(&self) -> Result<u64, String> {
@@ -481,25 +499,61 @@ pub fn parse_wrk(out: &str) -> Result<WrkResult, String> {
     }
 }
 
+/// wrk's script for pipelining: every write sends `depth` requests (the script's first
+/// argument), the shape of TechEmpower's plaintext test. wrk counts each response.
+const PIPELINE_LUA: &str = "\
+-- Sends `depth` (the first script argument) requests in every write.
+local batch
+init = function(args)
+  local depth = tonumber(args[1]) or 1
+  local requests = {}
+  for i = 1, depth do
+    requests[i] = wrk.format()
+  end
+  batch = table.concat(requests)
+end
+request = function()
+  return batch
+end
+";
+
 /// Runs `wrk -t1 -c<conns> -d<secs>s --latency http://<addr>/` on the calling thread's CPUs
-/// (the child inherits this thread's affinity).
+/// (the child inherits this thread's affinity); with `depth` > 1, through a script that
+/// pipelines `depth` requests per write.
 pub fn run_wrk(
     wrk: &PathBuf,
     addr: SocketAddr,
     conns: usize,
+    depth: usize,
     secs: u64,
 ) -> Result<WrkResult, String> {
-    let out = Command::new(wrk)
-        .args([
-            "-t1".to_string(),
-            format!("-c{conns}"),
-            format!("-d{secs}s"),
-            "--latency".to_string(),
-            format!("http://{addr}/"),
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", wrk.display()))?;
+    let mut args = vec![
+        "-t1".to_string(),
+        format!("-c{conns}"),
+        format!("-d{secs}s"),
+        "--latency".to_string(),
+    ];
+    let script = (depth > 1)
+        .then(|| {
+            let path = std::env::temp_dir()
+                .join(format!("spindle-bench-pipeline-{}.lua", std::process::id()));
+            std::fs::write(&path, PIPELINE_LUA)
+                .map(|()| path)
+                .map_err(|e| format!("cannot write wrk's pipelining script: {e}"))
+        })
+        .transpose()?;
+    if let Some(path) = &script {
+        args.extend(["-s".to_string(), path.display().to_string()]);
+    }
+    args.push(format!("http://{addr}/"));
+    if script.is_some() {
+        args.extend(["--".to_string(), depth.to_string()]);
+    }
+    let out = Command::new(wrk).args(&args).stdin(Stdio::null()).output();
+    if let Some(path) = &script {
+        let _ = std::fs::remove_file(path);
+    }
+    let out = out.map_err(|e| format!("cannot run {}: {e}", wrk.display()))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         return Err(format!(
@@ -533,8 +587,8 @@ mod tests {
         // A command name with spaces and a ')' in it.
         let stat = "1234 (a) b) c) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 17 0 0 20 0 3 0 \
                     5000 1000000 300 18446744073709551615";
-        assert_eq!(parse_stat_ticks(stat).unwrap(), 267);
-        assert!(parse_stat_ticks("1234 (x) S 1").is_err());
+        assert_eq!(parse_stat_times(stat).unwrap(), (250, 17));
+        assert!(parse_stat_times("1234 (x) S 1").is_err());
     }
 
     #[test]
@@ -588,6 +642,7 @@ mod tests {
         // spin.
         let pid = std::process::id();
         let before = process_cpu_seconds(pid).unwrap();
+        let (user_before, _) = process_cpu_times(pid).unwrap();
         let start = std::time::Instant::now();
         let mut x = 0u64;
         let mut after = before;
@@ -600,6 +655,12 @@ mod tests {
         assert!(
             after - before >= 0.015,
             "{before} -> {after} in 10 s of busy work"
+        );
+        // The work was in user space, so that is where the ticks went.
+        let (user_after, _) = process_cpu_times(pid).unwrap();
+        assert!(
+            user_after > user_before,
+            "user time {user_before} -> {user_after} over busy work in user space"
         );
     }
 

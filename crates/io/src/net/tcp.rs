@@ -612,8 +612,32 @@ impl TcpStream {
             buf,
             deadline,
             |fd, buf| sys::recv_op(fd, buf, false),
-            |buf| Ok(((&self.inner).read(buf)?, true)),
+            |buf| Ok((self.recv_now(buf)?, true)),
         )
+    }
+
+    /// One non-blocking receive.
+    #[cfg(unix)]
+    fn recv_now(&self, buf: &mut [u8]) -> io::Result<usize> {
+        sys::recv(self.inner.as_raw_fd(), buf)
+    }
+
+    /// One non-blocking receive.
+    #[cfg(windows)]
+    fn recv_now(&self, buf: &mut [u8]) -> io::Result<usize> {
+        (&self.inner).read(buf)
+    }
+
+    /// One non-blocking send (`EPIPE`, never `SIGPIPE`, on a closed connection).
+    #[cfg(unix)]
+    fn send_now(&self, buf: &[u8]) -> io::Result<usize> {
+        sys::send(self.inner.as_raw_fd(), buf)
+    }
+
+    /// One non-blocking send.
+    #[cfg(windows)]
+    fn send_now(&self, buf: &[u8]) -> io::Result<usize> {
+        (&self.inner).write(buf)
     }
 
     fn write_impl(&self, buf: &[u8]) -> io::Result<usize> {
@@ -621,16 +645,15 @@ impl TcpStream {
             return Ok(0);
         }
         let deadline = self.ev.deadline(Direction::Write);
-        // std's write uses send(MSG_NOSIGNAL) on Linux (SO_NOSIGPIPE elsewhere, set at socket
-        // creation): EPIPE, never SIGPIPE. (Windows has no signals: an error, WSAECONNRESET or
-        // WSAECONNABORTED.)
+        // send(MSG_NOSIGNAL) on Linux (SO_NOSIGPIPE elsewhere, set at socket creation): EPIPE,
+        // never SIGPIPE. (Windows has no signals: an error, WSAECONNRESET or WSAECONNABORTED.)
         self.ev.write_op(
             OpKind::Send,
             Framing::Stream,
             buf,
             deadline,
             sys::send_op,
-            |buf| (&self.inner).write(buf),
+            |buf| self.send_now(buf),
         )
     }
 
