@@ -28,6 +28,7 @@ pub fn suite() -> Suite {
                 unit: Unit::Ms,
                 reference: Some("spindle"),
                 published: &[],
+                full_only: false,
                 impls: vec![
                     Impl::in_process("spindle", stall_worst_gap),
                     Impl::variant("spindle-hook", &harness::HOOK),
@@ -38,6 +39,7 @@ pub fn suite() -> Suite {
                 unit: Unit::Ns,
                 reference: Some("libc"),
                 published: &[],
+                full_only: false,
                 impls: [
                     Some(Impl::in_process("libc", passthrough_read)),
                     Some(Impl::variant("spindle-hook", &harness::HOOK)),

@@ -143,7 +143,7 @@ pub fn shared_resume(ctx: &Ctx, live_bytes: usize) -> Result<f64, String> {
     }))
 }
 
-/// `mem_shared_1m`: bytes per suspended coroutine, for `count` coroutines on shared stacks,
+/// `mem_shared_1m`, `mem_shared_10m`: bytes per suspended coroutine, for `count` coroutines on shared stacks,
 /// measured from RSS (the `Vec` holding the coroutines included). Runs in a child process.
 pub fn mem_shared(_ctx: &Ctx, count: usize) -> Result<f64, String> {
     let region = SharedStack::new(128 * 1024).map_err(|e| e.to_string())?;
