@@ -26,19 +26,23 @@
 //!   coroutines/tasks (one worker / current thread: the `sync` suite's `chan_ping_pong` uses
 //!   two workers, whose counts would depend on how the threads interleave).
 //!
-//! Everything runs on one thread at a time (one worker), so the counts do not depend on
-//! timing: the same binary gives the same count on every run.
+//! Everything runs on one thread at a time (one worker), so the counts hardly depend on timing:
+//! the coroutine, stack, mutex and corosensei rows are the same on every run; the runtime rows
+//! (both runtimes) move by a few hundredths of a percent between runs, where a runtime's
+//! worker and the thread waiting in `block_on` meet or the worker polls its drivers; well
+//! inside the CI leg's 3 % tolerance.
 //!
 //! # Where the counts can differ between machines
 //!
 //! Between CPUs, only code that picks an implementation by CPU feature can count differently:
 //! glibc's `memcpy`/`memset`/`memmove` (chosen by ifunc from the CPU that valgrind reports, which
-//! is the host's minus what valgrind cannot emulate, such as AVX-512). The spindle rows do not
-//! copy memory on their hot paths except through those functions in `create_run_drop_instr`
-//! (the coroutine's closure and result are small copies that the compiler inlines), and
-//! spindle's own code uses no run-time feature detection (the context switch is fixed
-//! assembly; the `fp-env` variant is a build-time feature). A different glibc, Rust toolchain
-//! or valgrind version can change the counts: the baseline records the counts of one setup,
+//! is the host's minus what valgrind cannot emulate, such as AVX-512). In the Spindle rows those
+//! run only in the setup (building a runtime, the first stacks), which is the same for `n` and
+//! `2n` and cancels out; the operations themselves copy their small values inline. Spindle's own
+//! code has no run-time feature detection (the context switch is fixed assembly; the `fp-env`
+//! variant is a build-time feature). The peers' rows are not checked against the baseline, so
+//! their libraries' choices do not matter. A different glibc, Rust toolchain or valgrind can
+//! change the counts: the baseline records the counts of one setup,
 //! and is updated with `cargo xtask bench instr --update-baseline` when that setup changes.
 
 mod peers;
