@@ -32,16 +32,63 @@
 
 use std::cell::Cell;
 
+/// [`THREAD`]: not yet prepared for resumes (or its signal stack could not be installed).
+const UNPREPARED: u8 = 0;
+/// [`THREAD`]: prepared (signal stack, exit watch), and not exiting.
+const READY: u8 = 1;
+/// [`THREAD`]: the thread has begun destroying its thread-locals. Final.
+const EXITING: u8 = 2;
+
 thread_local! {
-    /// Set once this thread has begun destroying its thread-locals. No destructor: readable at
-    /// any point of the thread's exit.
-    static EXITING: Cell<bool> = const { Cell::new(false) };
+    /// What this thread is to a resume: [`UNPREPARED`], [`READY`] or [`EXITING`]. One byte, so
+    /// that a resume checks both its preparation and the thread's exit with one load. No
+    /// destructor: readable at any point of the thread's exit.
+    static THREAD: Cell<u8> = const { Cell::new(UNPREPARED) };
 }
 
 /// Whether this thread has begun destroying its thread-locals (see the module docs).
 #[inline]
 pub(crate) fn thread_is_exiting() -> bool {
-    EXITING.with(Cell::get)
+    THREAD.with(Cell::get) == EXITING
+}
+
+/// Records that this thread has begun destroying its thread-locals.
+fn set_exiting() {
+    THREAD.with(|t| t.set(EXITING));
+}
+
+/// Whether a coroutine may run on this thread now: prepares the thread on its first resume
+/// (see [`prepare_thread`]); false once the thread has begun destroying its thread-locals.
+/// One thread-local load after the first time. Inlined: the thread-local address it computes
+/// is used at once, in the resumer's frame, which stays on its thread until the resume returns
+/// (the rule against cached thread-local addresses is about a coroutine's own frames across
+/// its suspends).
+#[inline(always)]
+pub(crate) fn ready_to_resume() -> bool {
+    THREAD.with(Cell::get) == READY || prepare_thread()
+}
+
+/// The first resume on a thread (or one after its signal stack could not be installed):
+/// makes sure the thread has what the stacks' fault handler needs (an alternate signal stack
+/// — the coroutine may have been built on another thread and moved here through
+/// `SendCoroutine`) and that its exit will be noticed. Returns false if the thread is exiting.
+#[cold]
+#[inline(never)]
+fn prepare_thread() -> bool {
+    if thread_is_exiting() {
+        return false;
+    }
+    // Without an alternate signal stack an overflow still dies, as a bare SIGSEGV instead of
+    // the message (and a growable stack cannot grow); not worth refusing the resume for. The
+    // thread stays unprepared then, so that the next resume tries again.
+    let prepared = spindle_stack::prepare_thread().is_ok();
+    watch_thread_exit();
+    THREAD.with(|t| {
+        if prepared && t.get() == UNPREPARED {
+            t.set(READY);
+        }
+    });
+    true
 }
 
 /// Keeps this crate's `__cxa_thread_atexit_impl` in the executable: a `#[no_mangle]` function
@@ -62,7 +109,7 @@ pub(crate) fn keep_linked() {
 /// Makes sure the thread's exit will be noticed: a no-op where every thread-local destructor
 /// is marked (glibc); elsewhere the first call on a thread registers the sentinel.
 #[inline]
-pub(crate) fn watch_thread_exit() {
+fn watch_thread_exit() {
     #[cfg(not(all(
         target_os = "linux",
         target_env = "gnu",
@@ -86,7 +133,7 @@ mod sentinel {
 
     impl Drop for Sentinel {
         fn drop(&mut self) {
-            super::EXITING.with(|e| e.set(true));
+            super::set_exiting();
         }
     }
 
@@ -137,7 +184,7 @@ mod marks {
 
     /// Runs right before the thread-local destructor registered just before it.
     unsafe extern "C" fn mark(_: *mut c_void) {
-        super::EXITING.with(|e| e.set(true));
+        super::set_exiting();
     }
 
     /// The definition that std (and C++ runtimes linked into this executable) call to register
