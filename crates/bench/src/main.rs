@@ -89,7 +89,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                 for b in &suite.benches {
                     let impls: Vec<&str> = b.impls.iter().map(|i| i.name).collect();
                     println!(
-                        "  {:<22} {:<14} {}",
+                        "  {:<24} {:<14} {}",
                         b.name,
                         b.unit.as_str(),
                         impls.join(", ")
