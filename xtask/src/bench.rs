@@ -12,6 +12,10 @@
 //! `--markdown PATH` (for example `docs/benchmarks.md`) also writes the run's results as a
 //! Markdown table into that file (see [`crate::bench_md`]).
 //!
+//! `cargo xtask bench instr --update-baseline` also writes the `instr` suite's report (counts
+//! of instructions per operation) to `crates/bench/instr-baseline.json`, the baseline that the
+//! `instr` CI leg checks against (see [`crate::instr`]).
+//!
 //! Each suite run also writes an SVG bar chart of the ratios: to `--svg PATH` if given, else
 //! beside `--json PATH` (same name, `.svg`), else to `<target>/bench/<suite>.svg`.
 
@@ -44,7 +48,7 @@ fn variants(main_bin: &std::path::Path) -> Result<Vec<(String, String)>, String>
 }
 
 /// The workspace's target directory, as cargo sees it (honours `CARGO_TARGET_DIR` and config).
-fn target_dir() -> Result<PathBuf, String> {
+pub fn target_dir() -> Result<PathBuf, String> {
     let out = proc::run_stdout(cargo().args(["metadata", "--format-version", "1", "--no-deps"]))?;
     let meta = json::parse(out.trim())?;
     meta.get("target_directory")
@@ -54,7 +58,7 @@ fn target_dir() -> Result<PathBuf, String> {
 }
 
 /// Builds the bench binary in release with extra cargo arguments; returns its path.
-fn build(extra: &[&str]) -> Result<PathBuf, String> {
+pub fn build(extra: &[&str]) -> Result<PathBuf, String> {
     let out = proc::run_stdout(
         cargo()
             .args([
@@ -85,7 +89,17 @@ fn needs_boost(args: &[String]) -> bool {
     !matches!(
         args.first().map(String::as_str),
         None | Some(
-            "list" | "backend" | "measure" | "serve" | "load" | "help" | "-h" | "--help" | "io"
+            "list"
+                | "backend"
+                | "measure"
+                | "serve"
+                | "load"
+                | "help"
+                | "-h"
+                | "--help"
+                | "io"
+                | "instr"
+                | "instr-run"
         )
     )
 }
@@ -99,6 +113,7 @@ fn runs_suite(args: &[String]) -> bool {
                 | "backend"
                 | "variants"
                 | "measure"
+                | "instr-run"
                 | "serve"
                 | "load"
                 | "help"
@@ -120,6 +135,16 @@ pub fn main(args: &[String]) -> Result<ExitCode, String> {
         Some(_) => return Err("--markdown needs a path (e.g. docs/benchmarks.md)".into()),
         None => None,
     };
+    let update_baseline = match args.iter().position(|a| a == "--update-baseline") {
+        Some(i) => {
+            args.remove(i);
+            if args.first().map(String::as_str) != Some("instr") {
+                return Err("--update-baseline goes with the `instr` suite only".into());
+            }
+            true
+        }
+        None => false,
+    };
     let args = &args[..];
     let mut json_report = args
         .iter()
@@ -129,7 +154,7 @@ pub fn main(args: &[String]) -> Result<ExitCode, String> {
     let main_bin = build(&[])?;
     let mut run = Command::new(&main_bin);
     run.args(args);
-    if markdown.is_some() && runs_suite(args) && json_report.is_none() {
+    if (markdown.is_some() || update_baseline) && runs_suite(args) && json_report.is_none() {
         let path = target_dir()?
             .join("bench")
             .join(format!("{}.json", args[0]));
@@ -171,6 +196,12 @@ pub fn main(args: &[String]) -> Result<ExitCode, String> {
         && let (Some(md), Some(report)) = (&markdown, &json_report)
     {
         crate::bench_md::update(report, md)?;
+    }
+    if status.success()
+        && update_baseline
+        && let Some(report) = &json_report
+    {
+        crate::instr::update_baseline(report)?;
     }
     Ok(match status.code() {
         Some(0) => ExitCode::SUCCESS,

@@ -305,6 +305,12 @@ pub fn legs() -> Vec<Leg> {
             valgrind_auto_io()
         },
     ));
+    legs.push(Leg::custom(
+        "instr",
+        "instructions per operation (callgrind, release build) against crates/bench/instr-baseline.json: \
+         fails on a Spindle row more than 3 % above it",
+        crate::instr::ci,
+    ));
     legs.push(
         Leg::custom(
             "valgrind-rt",

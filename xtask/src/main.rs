@@ -3,7 +3,8 @@
 //! * `cargo xtask ci [--full] [--only LEG,..] [--skip LEG,..] [--list]`: the one test command
 //!   (`--full` adds the slow checkers: sanitizers, fuzzing).
 //! * `cargo xtask bench <suite> [--quick] [--json PATH] [--markdown PATH] [--filter S]`:
-//!   side-by-side benchmarks.
+//!   side-by-side benchmarks; `cargo xtask bench instr --update-baseline` rewrites the
+//!   instruction-count baseline that the `instr` CI leg checks.
 //! * `cargo xtask matrix [--quick] [--list] [--only ENTRY,..]`: the facade's feature matrix.
 //! * `cargo xtask demo [--quick]`: the tour (`cargo run --release --example tour`).
 //! * `cargo xtask soak [--minutes N] [--backend B]`: the echo and chat examples under mixed load.
@@ -15,6 +16,7 @@ mod bench;
 mod bench_md;
 mod checkers;
 mod ci;
+mod instr;
 mod json;
 mod matrix;
 mod proc;
@@ -37,7 +39,9 @@ commands:
         build spindle-bench in release (plus its boost-backend copy) and run the suite;
         writes a chart to --svg, beside --json, or to target/bench/<suite>.svg;
         --markdown docs/benchmarks.md updates the suite's table there;
-        `cargo xtask bench list` shows the suites
+        `cargo xtask bench list` shows the suites;
+        `bench instr --update-baseline` also writes crates/bench/instr-baseline.json, the
+        instruction counts the `instr` CI leg allows (+3 % for Spindle rows)
   matrix [--quick] [--list] [--only ENTRY,..]
         build and test the spindles facade over its feature matrix (each feature alone, the
         defaults, every scheduler x Linux IO backend, all features), check it for FreeBSD,

@@ -36,6 +36,8 @@ pub enum Unit {
     /// Events per request (e.g. a server's context switches).
     PerReq,
     Qps,
+    /// Instructions per operation, counted by callgrind (see [`How::Instr`]).
+    Instr,
 }
 
 impl Unit {
@@ -50,6 +52,7 @@ impl Unit {
             Unit::CpuUsPerReq => "cpu_us_per_req",
             Unit::PerReq => "per_req",
             Unit::Qps => "qps",
+            Unit::Instr => "instr",
         }
     }
 
@@ -73,7 +76,18 @@ pub enum How {
     /// Run `$<variant env> measure <bench> spindle`: the same bench's `spindle` impl in a copy
     /// of this binary built with a different Spindle configuration (see [`Variant`]).
     Variant(&'static Variant),
+    /// Instructions per operation: run `<this binary> instr-run <bench> <impl> <n>` under
+    /// `valgrind --tool=callgrind` with `n` = [`INSTR_N`] and `2n`, and divide the difference of
+    /// the two instruction totals by `n`. See [`instr_per_op`].
+    Instr(InstrFn),
 }
+
+/// Runs one instruction-count workload: `n` operations, with whatever setup and teardown it
+/// needs (those cost the same for `n` and `2n`, so they cancel out).
+pub type InstrFn = fn(u64) -> Result<(), String>;
+
+/// The operation count of the shorter of the two callgrind runs of an [`How::Instr`] impl.
+pub const INSTR_N: u64 = 20_000;
 
 /// A build of this binary with another Spindle configuration, for impls such as
 /// `spindle-boost`. `cargo xtask bench` builds each with `--features <feature>` into
@@ -136,6 +150,13 @@ impl Impl {
         }
     }
 
+    pub fn instr(name: &'static str, f: InstrFn) -> Self {
+        Impl {
+            name,
+            how: How::Instr(f),
+        }
+    }
+
     pub fn variant(name: &'static str, variant: &'static Variant) -> Self {
         Impl {
             name,
@@ -154,6 +175,9 @@ pub struct Bench {
     /// Published figures from elsewhere, printed under the table as labeled notes, never as
     /// measured rows. Each should say where it comes from, e.g. "libaco (published): 33 ns".
     pub published: &'static [&'static str],
+    /// Measured only by the full suite, not with `--quick` (a bench that needs minutes or
+    /// gigabytes).
+    pub full_only: bool,
     pub impls: Vec<Impl>,
 }
 
@@ -319,6 +343,63 @@ fn measure_in_child(exe: &Path, bench: &str, imp: &str, quick: bool) -> Result<f
     }
 }
 
+/// Instructions per operation of `<exe> instr-run <bench> <imp> <n>`: callgrind counts every
+/// instruction the process executes (all threads), once with `n` = [`INSTR_N`] operations and
+/// once with `2n`; the setup, the teardown and the process's start and exit are the same in both
+/// runs, so the difference divided by `n` is the cost of one operation in steady state.
+///
+/// The harness's own timing loops are not used: callgrind slows the code down by ~50×, and
+/// an instruction count needs no calibration. The count does not depend on the machine's load,
+/// which makes it fit for a regression check in CI (`cargo xtask ci --only instr`).
+fn instr_per_op(exe: &Path, bench: &str, imp: &str) -> Result<f64, String> {
+    let total = |n: u64| -> Result<u64, String> {
+        let out = Command::new("valgrind")
+            .args([
+                "--tool=callgrind",
+                "--callgrind-out-file=/dev/null",
+                "--error-exitcode=99",
+            ])
+            .arg(exe)
+            .args(["instr-run", bench, imp, &n.to_string()])
+            .output()
+            .map_err(|e| {
+                format!("cannot run valgrind ({e}): instruction counts need it (apt-get install valgrind)")
+            })?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() {
+            let why = stderr
+                .lines()
+                .map(str::trim)
+                .rfind(|l| !l.is_empty() && !l.starts_with("=="))
+                .unwrap_or("no output on stderr");
+            return Err(format!(
+                "callgrind run with n={n} failed ({}): {why}",
+                out.status
+            ));
+        }
+        callgrind_total(&stderr)
+            .ok_or_else(|| format!("callgrind printed no `Collected :` line (n={n})"))
+    };
+    let one = total(INSTR_N)?;
+    let two = total(2 * INSTR_N)?;
+    if two < one {
+        return Err(format!(
+            "{two} instructions for {} operations but {one} for {INSTR_N}: the workload does \
+             not scale with n",
+            2 * INSTR_N
+        ));
+    }
+    Ok((two - one) as f64 / INSTR_N as f64)
+}
+
+/// The instruction total from callgrind's summary on stderr (`==pid== Collected : 123456`).
+fn callgrind_total(stderr: &str) -> Option<u64> {
+    stderr.lines().find_map(|l| {
+        let (_, rest) = l.split_once("Collected :")?;
+        rest.trim().parse().ok()
+    })
+}
+
 /// Checks that the variant's env var names a bench binary built with that configuration, so
 /// that its rows measure what their names say.
 pub fn variant_binary(variant: &Variant) -> Result<PathBuf, String> {
@@ -422,7 +503,7 @@ pub fn machine_info() -> String {
     format!("{model}; {logical} logical CPUs, {available} available to this process")
 }
 
-const W_BENCH: usize = 22;
+const W_BENCH: usize = 24;
 const W_IMPL: usize = 15;
 const W_NUM: usize = 10;
 const W_UNIT: usize = 14;
@@ -443,6 +524,7 @@ pub fn run_suite(suite: &Suite, opts: &RunOptions) -> Result<bool, String> {
         .benches
         .iter()
         .filter(|b| opts.filter.as_deref().is_none_or(|f| b.name.contains(f)))
+        .filter(|b| !(opts.quick && b.full_only))
         .collect();
     if benches.is_empty() {
         return Err(format!(
@@ -489,6 +571,10 @@ pub fn run_suite(suite: &Suite, opts: &RunOptions) -> Result<bool, String> {
                     continue;
                 }
                 let imp = &bench.impls[idx];
+                // An instruction count is the same every time: one sample is enough.
+                if matches!(imp.how, How::Instr(_)) && !rows[idx].samples.is_empty() {
+                    continue;
+                }
                 if progress {
                     eprint!(
                         "\r\x1b[K  {} round {}/{rounds}: {}",
@@ -500,6 +586,7 @@ pub fn run_suite(suite: &Suite, opts: &RunOptions) -> Result<bool, String> {
                 let r = match imp.how {
                     How::InProcess(f) => measure_here(f, &ctx),
                     How::Child(_) => measure_in_child(&exe, bench.name, imp.name, opts.quick),
+                    How::Instr(_) => instr_per_op(&exe, bench.name, imp.name),
                     How::Variant(variant) => {
                         let bin = match variant_bins.iter().find(|(f, _)| *f == variant.feature) {
                             Some((_, bin)) => bin.clone(),
@@ -639,6 +726,16 @@ mod tests {
         }
         let row = serde_json::json!({ "bench": "a\"b", "value": json_value(f64::NAN) });
         assert_eq!(row.to_string(), r#"{"bench":"a\"b","value":null}"#);
+    }
+
+    #[test]
+    fn callgrind_total_is_read_from_the_summary() {
+        let stderr = "==12== Callgrind, a call-graph generating cache profiler\n\
+                      ==12== Events    : Ir\n\
+                      ==12== Collected : 4521987\n\
+                      ==12== I   refs:      4,521,987\n";
+        assert_eq!(callgrind_total(stderr), Some(4_521_987));
+        assert_eq!(callgrind_total("==1== Events : Ir\n"), None);
     }
 
     #[test]

@@ -37,6 +37,7 @@ pub fn suite() -> Suite {
                 unit: Unit::Ms,
                 reference: Some("spindle"),
                 published: &[],
+                full_only: false,
                 impls: vec![
                     Impl::in_process("spindle", stall_worst_gap),
                     Impl::variant("spindle-hook", &harness::HOOK),
@@ -47,6 +48,7 @@ pub fn suite() -> Suite {
                 unit: Unit::Ns,
                 reference: Some("libc"),
                 published: &[],
+                full_only: false,
                 impls: [
                     Some(Impl::in_process("libc", passthrough_read)),
                     Some(Impl::variant("spindle-hook", &harness::HOOK)),
@@ -61,6 +63,7 @@ pub fn suite() -> Suite {
                 unit: Unit::CpuUsPerReq,
                 reference: Some("spindle-io"),
                 published: &[],
+                full_only: false,
                 impls: vec![
                     Impl::in_process("spindle-hook-std", std_echo_hook),
                     Impl::in_process("spindle-io", std_echo_spindle_io),
@@ -71,6 +74,7 @@ pub fn suite() -> Suite {
                 unit: Unit::Ms,
                 reference: Some("spindle"),
                 published: &[],
+                full_only: false,
                 impls: vec![
                     Impl::in_process("spindle", http_client),
                     Impl::variant("spindle-hook", &harness::HOOK),

@@ -3,6 +3,8 @@
 //! ```text
 //! spindle-bench <suite> [--quick] [--json PATH] [--svg PATH] [--filter SUBSTRING] [--rounds N]
 //! spindle-bench measure <bench> <impl> [--quick]    (prints `value=<f64>`; used for child runs)
+//! spindle-bench instr-run <bench> <impl> <n>        (runs an `instr` workload n times; run under
+//!                                                   callgrind by the `instr` suite)
 //! spindle-bench list
 //! spindle-bench backend                             (prints `native`, `native+fp-env`, `native+hook` or `boost`)
 //! spindle-bench variants                            (prints `<feature> <env var>` per variant)
@@ -21,6 +23,7 @@ mod chart;
 mod core;
 mod harness;
 mod hook;
+mod instr;
 mod io;
 mod sched;
 mod sync;
@@ -38,6 +41,7 @@ fn suites() -> Vec<Suite> {
         io::suite(),
         sync::suite(),
         hook::suite(),
+        instr::suite(),
     ]
 }
 
@@ -45,6 +49,7 @@ const USAGE: &str = "\
 usage:
   spindle-bench <suite> [--quick] [--json PATH] [--svg PATH] [--filter SUBSTRING] [--rounds N]
   spindle-bench measure <bench> <impl> [--quick]
+  spindle-bench instr-run <bench> <impl> <n>
   spindle-bench list
   spindle-bench backend
   spindle-bench variants
@@ -84,7 +89,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                 for b in &suite.benches {
                     let impls: Vec<&str> = b.impls.iter().map(|i| i.name).collect();
                     println!(
-                        "  {:<22} {:<14} {}",
+                        "  {:<24} {:<14} {}",
                         b.name,
                         b.unit.as_str(),
                         impls.join(", ")
@@ -104,6 +109,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         "measure" => measure(&args[1..]),
+        "instr-run" => instr_run(&args[1..]),
         "serve" => io::serve_main(&args[1..]),
         "load" => io::load_main(&args[1..]),
         "wakecost" => io::wakecost_main(&args[1..]),
@@ -199,6 +205,12 @@ fn measure(args: &[String]) -> Result<ExitCode, String> {
         })?;
     let f = match imp.how {
         How::InProcess(f) | How::Child(f) => f,
+        How::Instr(_) => {
+            return Err(format!(
+                "measure: `{bench_name}` counts instructions: its workload runs under callgrind \
+                 through `instr-run {bench_name} {impl_name} <n>`"
+            ));
+        }
         How::Variant(variant) => {
             return Err(format!(
                 "measure: `{impl_name}` is measured by running `${} measure {bench_name} \
@@ -214,6 +226,40 @@ fn measure(args: &[String]) -> Result<ExitCode, String> {
         }
         Err(e) => {
             eprintln!("spindle-bench measure {bench_name} {impl_name}: error: {e}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// `instr-run <bench> <impl> <n>`: runs an instruction-count workload `n` times and exits; the
+/// `instr` suite runs this under callgrind (see `harness::How::Instr`).
+fn instr_run(args: &[String]) -> Result<ExitCode, String> {
+    let [bench_name, impl_name, n] = args else {
+        return Err(format!("instr-run needs <bench> <impl> <n>\n{USAGE}"));
+    };
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("instr-run: `{n}` is not a number"))?;
+    let suites = suites();
+    let f = suites
+        .iter()
+        .flat_map(|s| s.benches.iter())
+        .filter(|b| b.name == bench_name)
+        .flat_map(|b| b.impls.iter())
+        .find_map(|i| match i.how {
+            How::Instr(f) if i.name == impl_name => Some(f),
+            _ => None,
+        })
+        .ok_or_else(|| {
+            format!(
+                "instr-run: no instruction-count impl `{impl_name}` of `{bench_name}` (see \
+                 `spindle-bench list`)"
+            )
+        })?;
+    match f(n) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) => {
+            eprintln!("spindle-bench instr-run {bench_name} {impl_name}: error: {e}");
             Ok(ExitCode::FAILURE)
         }
     }

@@ -362,8 +362,7 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
         &mut self,
         input: Input,
     ) -> Result<CoroutineResult<Yield, Return>, ResumeError<Input>> {
-        prepare_resuming_thread();
-        if crate::thread_exit::thread_is_exiting() {
+        if !crate::thread_exit::ready_to_resume() {
             return Err(ResumeError {
                 kind: ResumeErrorKind::ThreadExiting,
                 input,
@@ -570,20 +569,6 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
 #[track_caller]
 fn resume_failed<Input>(e: &ResumeError<Input>) -> ! {
     panic!("{e}")
-}
-
-/// Makes sure the resuming thread has what the stacks' fault handler needs (an alternate
-/// signal stack): the coroutine may have been built on another thread and moved here
-/// (through [`SendCoroutine`]). One thread-local check after the first time. Inlined: the
-/// thread-local address it computes is used at once, in the resumer's frame, which stays on
-/// its thread until the resume returns (the rule against cached thread-local addresses is about
-/// a coroutine's own frames across its suspends).
-#[inline]
-fn prepare_resuming_thread() {
-    // Without an alternate signal stack an overflow still dies, as a bare SIGSEGV instead of
-    // the message (and a growable stack cannot grow); not worth refusing the resume for.
-    let _ = spindle_stack::prepare_thread();
-    crate::thread_exit::watch_thread_exit();
 }
 
 impl<Input, Yield, Return, S: Stack> Drop for Coroutine<Input, Yield, Return, S> {

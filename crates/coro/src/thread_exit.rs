@@ -38,31 +38,77 @@
 //! (complete for drops, but a resume cannot pay for it), and refusing only coroutines whose
 //! stacks hold such a reference (not knowable).
 
-#[cfg(not(windows))]
 use std::cell::Cell;
 
+/// [`THREAD`]: not yet prepared for resumes (or its signal stack could not be installed).
+const UNPREPARED: u8 = 0;
+/// [`THREAD`]: prepared (signal stack, exit watch), and not exiting.
+const READY: u8 = 1;
+/// [`THREAD`]: the thread has begun destroying its thread-locals. Final. (Not used on
+/// Windows, where the exit is kept in a raw TLS slot: see the module docs.)
 #[cfg(not(windows))]
+const EXITING: u8 = 2;
+
 thread_local! {
-    /// Set once this thread has begun destroying its thread-locals. No destructor: readable at
-    /// any point of the thread's exit.
-    static EXITING: Cell<bool> = const { Cell::new(false) };
+    /// What this thread is to a resume: [`UNPREPARED`], [`READY`] or `EXITING`. One byte, so
+    /// that a resume checks both its preparation and the thread's exit with one load. No
+    /// destructor: readable at any point of the thread's exit.
+    static THREAD: Cell<u8> = const { Cell::new(UNPREPARED) };
 }
 
 /// Whether this thread has begun destroying its thread-locals (see the module docs).
 #[cfg(not(windows))]
 #[inline]
 pub(crate) fn thread_is_exiting() -> bool {
-    EXITING.with(Cell::get)
+    THREAD.with(Cell::get) == EXITING
 }
 
-/// Marks this thread as exiting (from a destructor).
+/// Records that this thread has begun destroying its thread-locals (from a destructor).
 #[cfg(not(windows))]
 fn set_exiting() {
-    EXITING.with(|e| e.set(true));
+    THREAD.with(|t| t.set(EXITING));
 }
 
 #[cfg(windows)]
 pub(crate) use tls_callback::thread_is_exiting;
+
+/// Whether a coroutine may run on this thread now: prepares the thread on its first resume
+/// (see [`prepare_thread`]); false once the thread has begun destroying its thread-locals.
+/// One thread-local load after the first time (two on Windows, whose exit flag is a slot of
+/// its own). Inlined: the thread-local address it computes is used at once, in the resumer's
+/// frame, which stays on its thread until the resume returns (the rule against cached
+/// thread-local addresses is about a coroutine's own frames across its suspends).
+#[inline(always)]
+pub(crate) fn ready_to_resume() -> bool {
+    #[cfg(windows)]
+    if thread_is_exiting() {
+        return false;
+    }
+    THREAD.with(Cell::get) == READY || prepare_thread()
+}
+
+/// The first resume on a thread (or one after its signal stack could not be installed):
+/// makes sure the thread has what the stacks' fault handler needs (an alternate signal stack
+/// — the coroutine may have been built on another thread and moved here through
+/// `SendCoroutine`) and that its exit will be noticed. Returns false if the thread is exiting.
+#[cold]
+#[inline(never)]
+fn prepare_thread() -> bool {
+    if thread_is_exiting() {
+        return false;
+    }
+    // Without an alternate signal stack an overflow still dies, as a bare SIGSEGV instead of
+    // the message (and a growable stack cannot grow); not worth refusing the resume for. The
+    // thread stays unprepared then, so that the next resume tries again.
+    let prepared = spindle_stack::prepare_thread().is_ok();
+    watch_thread_exit();
+    THREAD.with(|t| {
+        if prepared && t.get() == UNPREPARED {
+            t.set(READY);
+        }
+    });
+    true
+}
 
 /// Keeps this crate's `__cxa_thread_atexit_impl` in the executable: a `#[no_mangle]` function
 /// of an rlib is linked only if its object file is pulled in for another symbol, and std's
@@ -82,7 +128,7 @@ pub(crate) fn keep_linked() {
 /// Makes sure the thread's exit will be noticed: a no-op where every thread-local destructor
 /// is marked (glibc); elsewhere the first call on a thread registers the sentinel.
 #[inline]
-pub(crate) fn watch_thread_exit() {
+fn watch_thread_exit() {
     #[cfg(not(any(
         all(
             target_os = "linux",

@@ -239,7 +239,25 @@ struct SlotState {
     /// `[sp, top)` while suspended and evicted; empty while the bytes are in the region.
     /// A `Cell` (taken and put back) so that no borrow flag can fail.
     saved: Cell<Vec<u8>>,
-    owner: Cell<Option<OwnerRecord>>,
+    owner: Cell<Option<SlotOwner>>,
+}
+
+/// Who a slot's coroutine is, for overflow messages. A name is rare on a shared stack: the
+/// record that holds one (with room for its bytes) is boxed, so that a suspended coroutine's
+/// state stays small (this struct is in every one of them).
+enum SlotOwner {
+    Id(u64),
+    Named(Box<OwnerRecord>),
+}
+
+impl SlotOwner {
+    /// Records this owner in the region's registry slot (overflow messages read it).
+    fn store(&self, slot: &crate::registry::Slot) {
+        match self {
+            SlotOwner::Id(id) => slot.store_owner_id(*id),
+            SlotOwner::Named(record) => slot.store_owner(record),
+        }
+    }
 }
 
 impl SharedSlot {
@@ -334,10 +352,12 @@ impl SharedSlot {
         region.running.set(true);
         region.update_stats(|stats| stats.switches += 1);
         // Overflow messages name whoever runs on the region.
-        match self.state.owner.get() {
-            Some(owner) => region.mapping.slot().store_owner(&owner),
+        let owner = self.state.owner.take();
+        match &owner {
+            Some(owner) => owner.store(region.mapping.slot()),
             None => region.mapping.slot().clear_owner(),
         }
+        self.state.owner.set(owner);
         Ok(())
     }
 
@@ -419,11 +439,14 @@ unsafe impl Stack for SharedSlot {
     }
 
     fn set_owner(&self, owner: Owner<'_>) {
-        let record = OwnerRecord::new(owner);
-        self.state.owner.set(Some(record));
+        let owner = match owner.name {
+            None => SlotOwner::Id(owner.id),
+            Some(_) => SlotOwner::Named(Box::new(OwnerRecord::new(owner))),
+        };
         if self.is_occupant_ptr() {
-            self.region.mapping.slot().store_owner(&record);
+            owner.store(self.region.mapping.slot());
         }
+        self.state.owner.set(Some(owner));
     }
 
     /// Fast path (this slot is already the occupant): two loads and a store.

@@ -24,6 +24,7 @@ pub fn suite() -> Suite {
                 unit: Unit::Ns,
                 reference: Some("corosensei"),
                 published: &[],
+                full_only: false,
                 impls: vec![
                     Impl::in_process("spindle", spindle::switch),
                     Impl::in_process("spindle-context", spindle::context_switch),
@@ -38,6 +39,7 @@ pub fn suite() -> Suite {
                 unit: Unit::Ns,
                 reference: Some("corosensei"),
                 published: &[],
+                full_only: false,
                 impls: vec![
                     Impl::in_process("spindle", spindle::create_run_drop),
                     Impl::in_process("corosensei", peers::corosensei_create_run_drop),
@@ -49,6 +51,7 @@ pub fn suite() -> Suite {
                 unit: Unit::Ns,
                 reference: None,
                 published: &["libaco (published): 33 ns at 8 B"],
+                full_only: false,
                 impls: vec![Impl::in_process("spindle", |c| {
                     spindle::shared_resume(c, 8)
                 })],
@@ -58,6 +61,7 @@ pub fn suite() -> Suite {
                 unit: Unit::Ns,
                 reference: None,
                 published: &["libaco (published): 211 ns at 1000 B"],
+                full_only: false,
                 impls: vec![Impl::in_process("spindle", |c| {
                     spindle::shared_resume(c, 1000)
                 })],
@@ -67,6 +71,7 @@ pub fn suite() -> Suite {
                 unit: Unit::Ns,
                 reference: None,
                 published: &["libaco (published): 1090 ns at 7992 B"],
+                full_only: false,
                 impls: vec![Impl::in_process("spindle", |c| {
                     spindle::shared_resume(c, 8192)
                 })],
@@ -76,8 +81,20 @@ pub fn suite() -> Suite {
                 unit: Unit::Bytes,
                 reference: None,
                 published: &[],
+                full_only: false,
                 impls: vec![Impl::child("spindle", |c| {
                     spindle::mem_shared(c, 1_000_000)
+                })],
+            },
+            Bench {
+                name: "mem_shared_10m",
+                unit: Unit::Bytes,
+                reference: None,
+                published: &[],
+                // 10 million coroutines take a few GiB and a minute or so: full suite only.
+                full_only: true,
+                impls: vec![Impl::child("spindle", |c| {
+                    spindle::mem_shared(c, 10_000_000)
                 })],
             },
             Bench {
@@ -85,6 +102,7 @@ pub fn suite() -> Suite {
                 unit: Unit::Bytes,
                 reference: None,
                 published: &[],
+                full_only: false,
                 impls: vec![Impl::child("spindle", |c| spindle::mem_pooled(c, 30_000))],
             },
         ],

@@ -143,7 +143,7 @@ pub fn shared_resume(ctx: &Ctx, live_bytes: usize) -> Result<f64, String> {
     }))
 }
 
-/// `mem_shared_1m`: bytes per suspended coroutine, for `count` coroutines on shared stacks,
+/// `mem_shared_1m`, `mem_shared_10m`: bytes per suspended coroutine, for `count` coroutines on shared stacks,
 /// measured from RSS (the `Vec` holding the coroutines included). Runs in a child process.
 pub fn mem_shared(_ctx: &Ctx, count: usize) -> Result<f64, String> {
     let region = SharedStack::new(128 * 1024).map_err(|e| e.to_string())?;
@@ -164,6 +164,13 @@ pub fn mem_shared(_ctx: &Ctx, count: usize) -> Result<f64, String> {
         coroutines.push(co);
     }
     let after = resident_bytes()?;
+    if std::env::var_os("SPINDLE_BENCH_VERBOSE").is_some() {
+        eprintln!(
+            "mem_shared: {} B per Coroutine value, {} B of stack saved per coroutine",
+            std::mem::size_of_val(&coroutines[0]),
+            coroutines[0].stack().saved_len()
+        );
+    }
     // Every one of them is alive and resumable.
     let probe = coroutines.len() / 2;
     if coroutines[probe].resume(1).into_yield() != Some(1 + probe as u64) {

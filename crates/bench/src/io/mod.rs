@@ -380,6 +380,7 @@ fn bench<const R: usize>() -> Bench {
         unit: row.unit,
         reference: Some(row.scenario.reference()),
         published: row.published,
+        full_only: false,
         impls: row
             .scenario
             .impls()

@@ -160,6 +160,7 @@ fn task_bench(workload: Workload, workers: usize, mut impls: Vec<Impl>, ct: Impl
         unit: Unit::Ns,
         reference: Some("tokio-mt"),
         published: &[],
+        full_only: false,
         impls,
     }
 }
@@ -289,6 +290,7 @@ fn skynet<const W: usize>() -> Bench {
         unit: Unit::Ns,
         reference: Some("tokio-mt"),
         published: &[],
+        full_only: false,
         impls: vec![
             Impl::in_process("spindle-fifo", |c| spindle::skynet_fifo(c, W)),
             Impl::in_process("spindle-rr", |c| spindle::skynet_rr(c, W)),
@@ -318,6 +320,7 @@ fn timer_insert_cancel(
         unit: Unit::Ns,
         reference: Some("btreemap"),
         published: &[],
+        full_only: false,
         impls: vec![
             Impl::in_process("spindle", spindle),
             Impl::in_process("btreemap", btreemap),

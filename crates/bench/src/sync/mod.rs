@@ -69,6 +69,7 @@ fn mutex_uncontended() -> Bench {
         unit: Unit::Ns,
         reference: Some("parking_lot"),
         published: &[],
+        full_only: false,
         impls: vec![
             Impl::in_process("spindle", spindle::mutex_uncontended),
             Impl::in_process("std", peers::std_mutex_uncontended),
@@ -88,6 +89,7 @@ fn mutex_contended_1000() -> Bench {
         unit: Unit::Ns,
         reference: Some("tokio"),
         published: &[],
+        full_only: false,
         impls: vec![
             Impl::in_process("spindle", spindle::mutex_contended),
             Impl::in_process("tokio", peers::tokio_mutex_contended),
@@ -109,6 +111,7 @@ fn chan_ping_pong() -> Bench {
         unit: Unit::Ns,
         reference: Some("tokio"),
         published: &[],
+        full_only: false,
         impls: vec![
             Impl::in_process("spindle", spindle::chan_ping_pong),
             Impl::in_process("tokio", peers::tokio_ping_pong),
@@ -129,6 +132,7 @@ fn chan_mpsc_4x1() -> Bench {
         unit: Unit::Ns,
         reference: Some("tokio"),
         published: &[],
+        full_only: false,
         impls: vec![
             Impl::in_process("spindle", spindle::chan_mpsc_4x1),
             Impl::in_process("tokio", peers::tokio_mpsc_4x1),
