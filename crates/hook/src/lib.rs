@@ -304,3 +304,9 @@ mod tests {
         assert!(!super::is_enabled());
     }
 }
+
+/// The examples of the crate's README.md, run as doctests (compiled, not run: they need a
+/// server).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
