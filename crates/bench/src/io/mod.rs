@@ -253,19 +253,13 @@ const fn row(
 
 /// Every row, in table order. A scenario's first row runs it; see the module docs.
 const ROWS: [Row; 20] = [
-    Row {
-        published: &[
-            "measured earlier on this machine (us/req): tokio-ct 8.65, may 8.51, \
-             thread-per-conn 9.73, Go GOMAXPROCS=1 11.2",
-        ],
-        ..row(
-            "echo_cpu_1024_r80k",
-            Unit::CpuUsPerReq,
-            R80K_1024,
-            Metric::CpuPerReq,
-            true,
-        )
-    },
+    row(
+        "echo_cpu_1024_r80k",
+        Unit::CpuUsPerReq,
+        R80K_1024,
+        Metric::CpuPerReq,
+        true,
+    ),
     row("echo_1024_r80k_p99", Unit::Us, R80K_1024, Metric::P99, true),
     row(
         "echo_1024_r80k_client_idle",
