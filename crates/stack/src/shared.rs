@@ -394,7 +394,9 @@ impl SharedSlot {
             // a heap buffer cannot overlap the mapping.
             unsafe { ptr::copy_nonoverlapping(buffer.as_ptr(), top.as_ptr().sub(len), len) };
             region.update_stats(|stats| stats.bytes_restored += len as u64);
-            region.occupant_sp.set(NonNull::new(top.as_ptr().wrapping_sub(len)));
+            region
+                .occupant_sp
+                .set(NonNull::new(top.as_ptr().wrapping_sub(len)));
         }
         // The bytes are in the region now (or there were none); the buffer stays for the next
         // eviction, which reuses it when the coroutine suspends at the same depth.
