@@ -753,7 +753,15 @@ where
     // SAFETY: the first resume sends a slot with the input (never UNWIND: a coroutine that
     // has not started is dropped without being switched to).
     let input = unsafe { Slot::<Input>::take(first) };
-    let outcome = catch_unwind(AssertUnwindSafe(|| f(&yielder, input)));
+    // The closure given to `catch_unwind` captures one `AssertUnwindSafe` (so it is unwind-safe
+    // itself) rather than being wrapped in one: the wrapper's `call_once` is a call frame of
+    // its own, which a closure that never returns keeps on the stack (the inliner leaves calls
+    // that diverge out of line), and a copying stack saves it with every eviction.
+    let call = AssertUnwindSafe((f, &yielder, input));
+    let outcome = catch_unwind(move || {
+        let AssertUnwindSafe((f, yielder, input)) = { call };
+        f(yielder, input)
+    });
     // The output stays in this frame; the resumer moves it out after the last switch.
     let returned;
     let panicked;
