@@ -60,11 +60,13 @@ enum State {
 
 /// The closure of a coroutine that has not started, type-erased.
 ///
-/// The closure lives in the *closure slot* right above the context's top (the word above the
-/// [`Link`]): the closure itself for small closures on stacks the coroutine owns, or a pointer to
-/// a boxed closure (big closures, and copying stacks, whose region is not ours until the first
-/// resume). The entry function, monomorphised for the placement, finds it there from its link;
-/// so the first resume is exactly like every other one.
+/// On a stack the coroutine owns, the closure lives in the *closure slot* right above the
+/// context's top (the word above the [`Link`]): the closure itself for small closures, or a
+/// pointer to a boxed closure for big ones. The entry function, monomorphised for the
+/// placement, finds it there from its link; so the first resume is exactly like every other
+/// one. On a copying stack the closure is boxed and handed to the entry with the first resume's
+/// input instead (see [`FirstResume`]): the region is not the coroutine's until then, and a
+/// closure slot would stay in the bytes saved at every eviction.
 struct Initial {
     /// The closure (on the stack) or the box holding it.
     closure: NonNull<u8>,
@@ -97,35 +99,67 @@ where
         drop: drop_box::<F>,
         entry: coroutine_entry::<F, Input, Yield, Return, Boxed>,
     };
+    const HANDED: InitialVtable = InitialVtable {
+        drop: drop_box::<F>,
+        entry: coroutine_entry::<F, Input, Yield, Return, Handed>,
+    };
+}
+
+/// What the first resume of a coroutine on a copying stack sends instead of its input slot's
+/// word: that word and the boxed closure. It lives in the resumer's frame, like the input slot,
+/// and the entry reads it right after the switch.
+#[repr(C, align(8))]
+struct FirstResume {
+    /// The input slot's word, as every other resume sends it.
+    input: usize,
+    /// The `Box<F>`'s pointer.
+    closure: NonNull<u8>,
 }
 
 /// Where the entry finds its closure: the placement, as a type parameter of the entry.
 trait Placement {
-    /// Moves the closure out of the closure slot at `slot`.
+    /// Moves the closure out of where this placement keeps it, given the link and the word
+    /// the first resume sent, which it leaves as the input slot's word.
     ///
     /// # Safety
     ///
-    /// `slot` is the closure slot of a coroutine that has not started, placed this way.
-    unsafe fn take<F>(slot: *mut u8) -> F;
+    /// `link` and `first` are those of the first resume of a coroutine placed this way; this
+    /// runs once per coroutine.
+    unsafe fn take<F>(link: Link, first: &mut usize) -> F;
 }
 
-/// The closure itself is in the slot.
+/// The closure itself is in the closure slot (the word above the link, and up).
 struct InPlace;
-/// The slot holds a `Box<F>`'s pointer.
+/// The closure slot holds a `Box<F>`'s pointer.
 struct Boxed;
+/// The first resume sends a [`FirstResume`] with a `Box<F>`'s pointer (copying stacks).
+struct Handed;
 
 impl Placement for InPlace {
-    unsafe fn take<F>(slot: *mut u8) -> F {
-        // SAFETY: the slot holds a live F that is moved out exactly once (caller's contract).
-        unsafe { ptr::read(slot.cast::<F>()) }
+    unsafe fn take<F>(link: Link, _: &mut usize) -> F {
+        // SAFETY: the closure slot, the word above the link, holds a live F that is moved out
+        // exactly once (caller's contract; see `assemble`).
+        unsafe { ptr::read(link.as_ptr().wrapping_add(1).cast::<F>()) }
     }
 }
 
 impl Placement for Boxed {
-    unsafe fn take<F>(slot: *mut u8) -> F {
-        // SAFETY: the slot holds the pointer of a `Box<F>` (caller's contract); the box is
-        // consumed exactly once.
-        unsafe { *Box::from_raw(slot.cast::<*mut F>().read()) }
+    unsafe fn take<F>(link: Link, _: &mut usize) -> F {
+        // SAFETY: the closure slot, the word above the link, holds the pointer of a `Box<F>`
+        // (caller's contract; see `assemble`); the box is consumed exactly once.
+        unsafe { *Box::from_raw(link.as_ptr().wrapping_add(1).cast::<*mut F>().read()) }
+    }
+}
+
+impl Placement for Handed {
+    unsafe fn take<F>(_: Link, first: &mut usize) -> F {
+        // SAFETY: the first resume of a coroutine placed this way sends the address of a
+        // `FirstResume` in its frame, alive until we switch back (see `try_resume`).
+        let handed = unsafe { ptr::read(*first as *const FirstResume) };
+        *first = handed.input;
+        // SAFETY: its closure is the pointer of a `Box<F>` (see `assemble`), consumed exactly
+        // once (caller's contract).
+        unsafe { *Box::from_raw(handed.closure.as_ptr().cast::<F>()) }
     }
 }
 
@@ -368,12 +402,15 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
                 input,
             });
         }
+        // On a copying stack, the closure to hand to the entry if this is the first resume.
+        let mut handed = None;
         if S::COPYING {
             // SAFETY: we are on the thread that owns the stack (the coroutine is !Send), in the
             // resumer, not on the region (a coroutine running on it would be its occupant and
             // make this fail with `SharedStackBusy`).
-            if let Err(kind) = unsafe { self.take_region() } {
-                return Err(ResumeError { kind, input });
+            match unsafe { self.take_region() } {
+                Ok(closure) => handed = closure,
+                Err(kind) => return Err(ResumeError { kind, input }),
             }
         }
         // Not started (on a stack it owns) and suspended look the same from here: a context to
@@ -389,10 +426,22 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
         // SAFETY: the pointer of a suspended context, which this resume consumes.
         let context = unsafe { Context::from_ptr(context.as_ptr()) };
         let input = Slot::new(input);
+        let first;
+        let word = match handed {
+            None => input.word(0),
+            Some(closure) => {
+                first = FirstResume {
+                    input: input.word(0),
+                    closure,
+                };
+                ptr::from_ref(&first).addr()
+            }
+        };
         // SAFETY: the coroutine is fresh or suspended in `Yielder::suspend`, on its own stack,
         // which is alive (we own it) and holds its bytes (restored for a copying stack). The
-        // coroutine moves the input out of `input` before it switches back.
-        let t = unsafe { self.switch_in(context, input.word(0)) };
+        // coroutine moves the input out of `input` (and, on a copying stack's first resume, the
+        // closure out of `first`) before it switches back.
+        let t = unsafe { self.switch_in(context, word) };
         Ok(self.switched_back(t))
     }
 
@@ -460,19 +509,21 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
     }
 
     /// Copying stacks: makes the region ours (evicting its occupant), and on the first resume
-    /// builds the coroutine's first frame there.
+    /// builds the coroutine's first frame there and returns the boxed closure, which that
+    /// resume hands to the entry (see [`FirstResume`]).
     ///
     /// # Safety
     ///
     /// As for [`Stack::before_resume`].
     #[cold]
-    unsafe fn take_region(&mut self) -> Result<(), ResumeErrorKind> {
+    unsafe fn take_region(&mut self) -> Result<Option<NonNull<u8>>, ResumeErrorKind> {
         match self.state {
             State::Finished => Err(ResumeErrorKind::Finished),
             State::Suspended => {
                 let sp = self.context.as_ref().map(Context::as_ptr);
                 // SAFETY: forwarded contract.
-                unsafe { self.stack.before_resume(sp) }.map_err(ResumeErrorKind::Stack)
+                unsafe { self.stack.before_resume(sp) }.map_err(ResumeErrorKind::Stack)?;
+                Ok(None)
             }
             State::NotStarted => {
                 // SAFETY: forwarded contract; nothing to restore yet.
@@ -483,15 +534,13 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
                 let Some(initial) = &self.initial else {
                     unreachable!("a coroutine that has not started has its closure")
                 };
-                // The region is ours: put the closure's box pointer in the closure slot and
-                // build the first frame under it.
-                let slot = self.link.as_ptr().wrapping_add(1);
-                // SAFETY: the slot is the region's top word (see `assemble`), ours now.
-                unsafe { slot.cast::<*mut u8>().write(initial.closure.as_ptr()) };
-                let context_top = slot as usize & !15;
+                // The region is ours: build the first frame right under its top (the word
+                // above the link; see `assemble`). No closure slot: the resume hands the
+                // closure over.
+                let context_top = self.link.as_ptr().wrapping_add(1) as usize;
                 let size = context_top - self.stack.limit().as_ptr() as usize;
                 // SAFETY: `[limit, context_top)` is the region, ours until we are evicted, which
-                // saves whatever we leave there.
+                // saves whatever we leave there; `context_top` is its top, non-null.
                 self.context = Some(unsafe {
                     Context::new(
                         NonNull::new_unchecked(context_top as *mut u8),
@@ -499,7 +548,7 @@ impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
                         initial.vtable.entry,
                     )
                 });
-                Ok(())
+                Ok(Some(initial.closure))
             }
         }
     }
@@ -694,16 +743,25 @@ extern "C" fn coroutine_entry<F, Input, Yield, Return, P: Placement>(t: Transfer
 where
     F: FnOnce(&Yielder<Input, Yield>, Input) -> Return,
 {
-    // Every resume sends its input slot, the first one too.
-    let first = t.data;
-    // SAFETY: the closure slot is the word above our link (see `assemble` / `take_region`),
-    // placed as `P` says; this runs once per coroutine.
-    let f = unsafe { P::take::<F>(link.as_ptr().wrapping_add(1).cast()) };
+    // Every resume sends its input slot, the first one too (on a copying stack with the
+    // closure: `P::take` leaves the slot's word).
+    let mut first = t.data;
+    // SAFETY: this is the first resume of a coroutine placed as `P` says (see `assemble` /
+    // `take_region`), and it runs once per coroutine.
+    let f = unsafe { P::take::<F>(link, &mut first) };
     let yielder = Yielder::new(link);
     // SAFETY: the first resume sends a slot with the input (never UNWIND: a coroutine that
     // has not started is dropped without being switched to).
     let input = unsafe { Slot::<Input>::take(first) };
-    let outcome = catch_unwind(AssertUnwindSafe(|| f(&yielder, input)));
+    // The closure given to `catch_unwind` captures one `AssertUnwindSafe` (so it is unwind-safe
+    // itself) rather than being wrapped in one: the wrapper's `call_once` is a call frame of
+    // its own, which a closure that never returns keeps on the stack (the inliner leaves calls
+    // that diverge out of line), and a copying stack saves it with every eviction.
+    let call = AssertUnwindSafe((f, &yielder, input));
+    let outcome = catch_unwind(move || {
+        let AssertUnwindSafe((f, yielder, input)) = { call };
+        f(yielder, input)
+    });
     // The output stays in this frame; the resumer moves it out after the last switch.
     let returned;
     let panicked;
@@ -864,8 +922,12 @@ impl Builder {
         let in_place = mem::size_of::<F>() <= MAX_CLOSURE_ON_STACK
             && mem::align_of::<F>() <= MAX_CLOSURE_ON_STACK
             && !S::COPYING;
-        // The closure slot sits right under the top, the context's own area right under it.
-        let (slot, vtable): (usize, &'static InitialVtable) = if in_place {
+        // The closure slot sits right under the top, the context's own area right under it. A
+        // copying stack has none (the closure is handed over with the first resume): its
+        // context's top is the region's.
+        let (slot, vtable): (usize, &'static InitialVtable) = if S::COPYING {
+            (top, &Vtables::<F, Input, Yield, Return>::HANDED)
+        } else if in_place {
             let align = mem::align_of::<F>().max(16);
             (
                 top.wrapping_sub(mem::size_of::<F>()) & !(align - 1),
@@ -903,10 +965,10 @@ impl Builder {
             if !S::COPYING {
                 // SAFETY: the top word of the stack, ours and unused.
                 unsafe { (slot as *mut *mut u8).write(boxed) };
-            } // (a copying stack gets it on the first resume, when the region is ours)
+            } // (a copying stack's entry gets it with the first resume)
             boxed
         };
-        // `slot` is 16-aligned in both cases, so it is the context's top as is.
+        // `slot` is 16-aligned in every case (a stack's top is), so it is the context's top as is.
         // SAFETY: non-null: at least MIN_FRAME_ROOM above the stack's limit (checked above).
         let context_top = unsafe { NonNull::new_unchecked(slot as *mut u8) };
         // SAFETY: `Context::new` prepares (for copying stacks: will prepare, on the first

@@ -4,11 +4,13 @@
 //! `Coroutine<Input, Yield, Return, S: Stack = PooledStack>`:
 //!
 //! * **Creation** writes the closure into the *closure slot* just under the stack's top (a boxed
-//!   closure's pointer instead, for closures over 1 KiB and for copying stacks) and prepares the
-//!   context right under it; no heap allocation on a pooled stack. The entry function
-//!   (monomorphised per closure type and placement) finds the closure from its own link slot
-//!   (`Entry` receives the link), so the **first resume is exactly like every other one** — no
-//!   branch on "started" in the resume path.
+//!   closure's pointer instead, for closures over 1 KiB) and prepares the context right under
+//!   it; no heap allocation on a pooled stack. The entry function (monomorphised per closure
+//!   type and placement) finds the closure from its own link slot (`Entry` receives the link),
+//!   so the **first resume is exactly like every other one** — no branch on "started" in the
+//!   resume path. Copying stacks are the exception: their closure is boxed and their first
+//!   resume (which takes a cold path anyway) sends the entry a `FirstResume` with the box and
+//!   the input slot, so that no closure slot sits in the bytes saved at every eviction.
 //! * **Protocol** (`src/exchange.rs`): a switch carries one word each way, and values travel by
 //!   pointer to the *sender's* stack, read by the receiver right after the switch (while the sender
 //!   is suspended): resumer → coroutine a pointer to a `Slot` holding the input (or `UNWIND`);

@@ -215,6 +215,49 @@ fn many_coroutines_on_shared_stacks_suspended_at_different_depths_keep_their_dat
 }
 
 #[test]
+fn a_shared_coroutine_gets_its_closure_and_first_input_and_drops_an_unstarted_closure() {
+    use std::rc::Rc;
+    let region = SharedStack::new(64 * 1024).unwrap();
+    // A capture bigger than any closure slot, and one whose drop is counted.
+    let big = [7u8; 4096];
+    let token = Rc::new(());
+    let held = Rc::clone(&token);
+    // SAFETY: lends nothing.
+    let mut co = unsafe {
+        Coroutine::with_shared_stack(&region, move |y: &Yielder<u32, usize>, first: u32| {
+            let _held = held;
+            let next = y.suspend(big.iter().map(|&b| usize::from(b)).sum::<usize>());
+            first + next
+        })
+    };
+    // SAFETY: lends nothing.
+    let mut unit = unsafe { Coroutine::with_shared_stack(&region, |_: &Yielder<(), ()>, ()| 3u8) };
+    let never_started_token = Rc::clone(&token);
+    // SAFETY: lends nothing.
+    let never_started = unsafe {
+        Coroutine::with_shared_stack(&region, move |_: &Yielder<(), ()>, ()| {
+            drop(never_started_token)
+        })
+    };
+    assert_eq!(Rc::strong_count(&token), 3);
+    drop(never_started);
+    assert_eq!(
+        Rc::strong_count(&token),
+        2,
+        "the unstarted closure was dropped"
+    );
+    assert_eq!(co.resume(40), CoroutineResult::Yield(7 * 4096));
+    // A zero-sized first input, while `co` is evicted.
+    assert_eq!(unit.resume(()), CoroutineResult::Return(3));
+    assert_eq!(co.resume(2), CoroutineResult::Return(42));
+    assert_eq!(
+        Rc::strong_count(&token),
+        1,
+        "the closure's captures were dropped"
+    );
+}
+
+#[test]
 fn a_coroutine_cannot_resume_another_on_its_own_shared_region() {
     let region = SharedStack::new(128 * 1024).unwrap();
     // SAFETY: lends nothing.

@@ -98,6 +98,10 @@ struct Region {
     /// alive; a slot clears it in `after_finish` and in `Drop`, and both the region and its
     /// slots are `!Send`, so this is never observed from another thread.
     occupant: Cell<*const SlotState>,
+    /// The occupant's stack pointer when it last suspended (clamped into the region): its live
+    /// bytes are `[occupant_sp, top)`. `None` while there is no occupant or it has not
+    /// suspended yet. Kept here rather than in every slot: only the occupant's is needed.
+    occupant_sp: Cell<Option<NonNull<u8>>>,
     /// The occupant is running (between `before_resume` and `after_suspend`).
     running: Cell<bool>,
     stats: Cell<SharedStackStats>,
@@ -110,7 +114,7 @@ struct Region {
     spare: Cell<Vec<Box<SlotState>>>,
 }
 
-/// How many slot states a region keeps for reuse (about 100 bytes each).
+/// How many slot states a region keeps for reuse (three words each).
 const SPARE_STATES: usize = 1024;
 
 impl SharedStack {
@@ -163,6 +167,7 @@ impl SharedStack {
             region: Rc::new(Region {
                 mapping,
                 occupant: Cell::new(ptr::null()),
+                occupant_sp: Cell::new(None),
                 running: Cell::new(false),
                 spare: Cell::new(Vec::new()),
                 stats: Cell::new(SharedStackStats::default()),
@@ -181,9 +186,8 @@ impl SharedStack {
             // Reset by `release` when its slot was dropped.
             Some(state) => state,
             None => Box::new(SlotState {
-                sp: Cell::new(None),
-                saved: Cell::new(Vec::new()),
-                owner: Cell::new(None),
+                saved: Cell::new(None),
+                owner: SlotOwner::none(),
             }),
         };
         SharedSlot {
@@ -233,30 +237,73 @@ pub struct SharedSlot {
     state: ManuallyDrop<Box<SlotState>>,
 }
 
+/// A slot's state: three words, since every suspended coroutine on a shared stack has one
+/// (the stack pointer of a suspended coroutine is not among them: the region keeps its
+/// occupant's, and an evicted coroutine's is `top - saved.len()`).
 struct SlotState {
-    /// The saved stack pointer while suspended; `None` before the start and after the end.
-    sp: Cell<Option<NonNull<u8>>>,
-    /// `[sp, top)` while suspended and evicted; empty while the bytes are in the region.
-    /// A `Cell` (taken and put back) so that no borrow flag can fail.
-    saved: Cell<Vec<u8>>,
-    owner: Cell<Option<SlotOwner>>,
+    /// The save buffer, sized exactly: while the slot is not the occupant it holds
+    /// `[sp, top)` of the suspended coroutine (`None`: it has no bytes, not started or
+    /// finished); while it is the occupant it holds nothing live and is only kept for the
+    /// next eviction, which reuses it if the depth is the same. A `Cell` (taken and put back)
+    /// so that no borrow flag can fail.
+    saved: Cell<Option<Box<[u8]>>>,
+    owner: SlotOwner,
 }
 
-/// Who a slot's coroutine is, for overflow messages. A name is rare on a shared stack: the
-/// record that holds one (with room for its bytes) is boxed, so that a suspended coroutine's
-/// state stays small (this struct is in every one of them).
-enum SlotOwner {
-    Id(u64),
-    Named(Box<OwnerRecord>),
-}
+/// Who a slot's coroutine is, for overflow messages, in one word (it is in every suspended
+/// coroutine's state): null for nobody; an unnamed owner whose id fits in all but one bit of
+/// a word is that id shifted left with the low bit set (an address without provenance, never
+/// dereferenced); any other owner (a name is rare on a shared stack) is the address of a
+/// boxed [`OwnerRecord`], whose low bit is clear (it is 8-aligned).
+struct SlotOwner(Cell<*mut OwnerRecord>);
 
 impl SlotOwner {
-    /// Records this owner in the region's registry slot (overflow messages read it).
-    fn store(&self, slot: &crate::registry::Slot) {
-        match self {
-            SlotOwner::Id(id) => slot.store_owner_id(*id),
-            SlotOwner::Named(record) => slot.store_owner(record),
+    const fn none() -> Self {
+        SlotOwner(Cell::new(ptr::null_mut()))
+    }
+
+    /// Replaces the owner.
+    fn set(&self, owner: Owner<'_>) {
+        let word = match usize::try_from(owner.id) {
+            Ok(id) if owner.name.is_none() && id <= usize::MAX >> 1 => {
+                ptr::without_provenance_mut((id << 1) | 1)
+            }
+            _ => Box::into_raw(Box::new(OwnerRecord::new(owner))),
+        };
+        self.clear();
+        self.0.set(word);
+    }
+
+    /// Forgets the owner (freeing its record, if it has one).
+    fn clear(&self) {
+        let word = self.0.replace(ptr::null_mut());
+        if !word.is_null() && word.addr() & 1 == 0 {
+            // SAFETY: a non-null word with the low bit clear came from `Box::into_raw` in
+            // `set`, and was just taken out of the cell, so it is freed exactly once.
+            drop(unsafe { Box::from_raw(word) });
         }
+    }
+
+    /// Records this owner in the region's registry slot (overflow messages read it), or
+    /// clears the registry's owner if there is none.
+    fn store(&self, slot: &crate::registry::Slot) {
+        let word = self.0.get();
+        if word.is_null() {
+            slot.clear_owner();
+        } else if word.addr() & 1 == 1 {
+            slot.store_owner_id((word.addr() >> 1) as u64);
+        } else {
+            // SAFETY: a non-null word with the low bit clear is the record boxed by `set`,
+            // alive until `clear` takes it out of the cell, which cannot happen while this
+            // borrow lasts (the slot is `!Sync` and nothing here calls back into it).
+            slot.store_owner(unsafe { &*word });
+        }
+    }
+}
+
+impl Drop for SlotOwner {
+    fn drop(&mut self) {
+        self.clear();
     }
 }
 
@@ -264,12 +311,20 @@ impl SharedSlot {
     /// Bytes of this coroutine's stack currently held in its save buffer (0 while it is the
     /// region's occupant, or has not started, or has finished).
     pub fn saved_len(&self) -> usize {
-        self.with_saved(|saved| saved.len())
+        if self.is_occupant_ptr() {
+            0
+        } else {
+            self.capacity()
+        }
     }
 
-    /// The save buffer's capacity in bytes.
+    /// The save buffer's size in bytes: exactly what the last eviction saved (the buffer is
+    /// kept while the slot is the occupant, for the next eviction; 0 if there is none).
     pub fn capacity(&self) -> usize {
-        self.with_saved(|saved| saved.capacity())
+        let saved = self.state.saved.take();
+        let len = saved.as_ref().map_or(0, |saved| saved.len());
+        self.state.saved.set(saved);
+        len
     }
 
     /// Whether this coroutine's bytes are the ones in the region now.
@@ -288,13 +343,6 @@ impl SharedSlot {
         ptr::eq(self.region.occupant.get(), &**self.state)
     }
 
-    fn with_saved<R>(&self, f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
-        let mut saved = self.state.saved.take();
-        let result = f(&mut saved);
-        self.state.saved.set(saved);
-        result
-    }
-
     /// The region changes hands: evict the occupant (saving its bytes), restore ours.
     #[cold]
     #[inline(never)]
@@ -309,7 +357,7 @@ impl SharedSlot {
         // `Region::occupant`); we only use it on this thread.
         if let Some(occupant) = unsafe { occupant.as_ref() } {
             let mut saved_bytes = 0;
-            if let Some(occupant_sp) = occupant.sp.get() {
+            if let Some(occupant_sp) = region.occupant_sp.get() {
                 // `after_suspend` records a stack pointer inside the region; clamped again here,
                 // as the copy below must never leave the region (outside it: all of it).
                 let limit = region.mapping.limit();
@@ -323,16 +371,20 @@ impl SharedSlot {
                 // On failure nothing changed: the occupant's bytes are still in the region.
                 result?;
                 saved_bytes = len as u64;
+            } else {
+                // It never suspended, so nothing of it is live: no bytes to keep.
+                occupant.saved.set(None);
             }
             region.update_stats(|stats| {
                 stats.evictions += 1;
                 stats.bytes_saved += saved_bytes;
             });
             region.occupant.set(ptr::null());
+            region.occupant_sp.set(None);
         }
 
-        let mut buffer = self.state.saved.take();
-        if sp.is_some() && !buffer.is_empty() {
+        let buffer = self.state.saved.take();
+        if let (Some(_), Some(buffer)) = (sp, &buffer) {
             // Saved from inside the region (clamped when it was saved), so it fits; never
             // written past the region's limit even so.
             let len = buffer.len().min(region.mapping.usable());
@@ -342,31 +394,28 @@ impl SharedSlot {
             // a heap buffer cannot overlap the mapping.
             unsafe { ptr::copy_nonoverlapping(buffer.as_ptr(), top.as_ptr().sub(len), len) };
             region.update_stats(|stats| stats.bytes_restored += len as u64);
+            region
+                .occupant_sp
+                .set(NonNull::new(top.as_ptr().wrapping_sub(len)));
         }
-        // Bytes are in the region now (or there were none); keep the capacity for the next
-        // eviction.
-        buffer.clear();
+        // The bytes are in the region now (or there were none); the buffer stays for the next
+        // eviction, which reuses it when the coroutine suspends at the same depth.
         self.state.saved.set(buffer);
 
         region.occupant.set(&**self.state);
         region.running.set(true);
         region.update_stats(|stats| stats.switches += 1);
         // Overflow messages name whoever runs on the region.
-        let owner = self.state.owner.take();
-        match &owner {
-            Some(owner) => owner.store(region.mapping.slot()),
-            None => region.mapping.slot().clear_owner(),
-        }
-        self.state.owner.set(owner);
+        self.state.owner.store(region.mapping.slot());
         Ok(())
     }
 
     /// Forgets this coroutine's bytes and, if it is the occupant, gives up the region.
     fn release(&self) {
-        self.state.sp.set(None);
-        self.state.saved.set(Vec::new());
+        self.state.saved.set(None);
         if self.is_occupant_ptr() {
             self.region.occupant.set(ptr::null());
+            self.region.occupant_sp.set(None);
             self.region.running.set(false);
             self.region.mapping.slot().clear_owner();
         }
@@ -381,16 +430,17 @@ unsafe extern "C" {
     fn asan_unpoison_memory_region(addr: *const std::ffi::c_void, size: usize);
 }
 
-/// Copies `[sp, sp + len)` into `buffer`, sized to fit (a buffer far larger than needed is
-/// replaced, so a once-deep coroutine does not keep a large buffer forever).
-fn save(buffer: &mut Vec<u8>, sp: NonNull<u8>, len: usize) -> Result<(), StackError> {
-    buffer.clear();
-    if buffer.capacity() > len.saturating_mul(2).saturating_add(4096) {
-        *buffer = Vec::new();
+/// Copies `[sp, sp + len)` into `buffer`, which is then exactly `len` bytes: the buffer is
+/// reused if it has that size, else replaced (a new one is allocated first, so on failure the
+/// old one is left as it was).
+fn save(buffer: &mut Option<Box<[u8]>>, sp: NonNull<u8>, len: usize) -> Result<(), StackError> {
+    let reuse = matches!(buffer, Some(old) if old.len() == len);
+    let mut fresh = Vec::new();
+    if !reuse {
+        fresh
+            .try_reserve_exact(len)
+            .map_err(|_| StackError::OutOfMemory { requested: len })?;
     }
-    buffer
-        .try_reserve_exact(len)
-        .map_err(|_| StackError::OutOfMemory { requested: len })?;
     // Under ASan the occupant's frames carry poisoned redzones, which the copy would read (a
     // stack-buffer-overflow report for bytes that are saved and restored, never interpreted).
     // Unpoisoned first: the frames come back without their redzones (those are not checked
@@ -402,12 +452,21 @@ fn save(buffer: &mut Vec<u8>, sp: NonNull<u8>, len: usize) -> Result<(), StackEr
     unsafe {
         asan_unpoison_memory_region(sp.as_ptr().cast(), len)
     };
+    let target = match buffer {
+        Some(old) if reuse => old.as_mut_ptr(),
+        _ => fresh.as_mut_ptr(),
+    };
     // SAFETY: `[sp, sp + len)` is the suspended occupant's live stack inside the region
-    // (mapped, read-write, nothing runs on it); the buffer has room for `len` bytes and, being
-    // heap memory, does not overlap the region. `set_len` covers exactly the bytes written.
-    unsafe {
-        ptr::copy_nonoverlapping(sp.as_ptr(), buffer.as_mut_ptr(), len);
-        buffer.set_len(len);
+    // (mapped, read-write, nothing runs on it); `target` has room for `len` bytes (the old
+    // buffer, exactly that long, or `fresh`, reserved for exactly that) and, being heap
+    // memory, does not overlap the region.
+    unsafe { ptr::copy_nonoverlapping(sp.as_ptr(), target, len) };
+    if !reuse {
+        // SAFETY: not reused, so the copy above initialised the first `len` bytes of
+        // `fresh`, which has room for them.
+        unsafe { fresh.set_len(len) };
+        // Its capacity is exactly `len`, so this does not reallocate.
+        *buffer = Some(fresh.into_boxed_slice());
     }
     Ok(())
 }
@@ -439,14 +498,10 @@ unsafe impl Stack for SharedSlot {
     }
 
     fn set_owner(&self, owner: Owner<'_>) {
-        let owner = match owner.name {
-            None => SlotOwner::Id(owner.id),
-            Some(_) => SlotOwner::Named(Box::new(OwnerRecord::new(owner))),
-        };
+        self.state.owner.set(owner);
         if self.is_occupant_ptr() {
-            owner.store(self.region.mapping.slot());
+            self.state.owner.store(self.region.mapping.slot());
         }
-        self.state.owner.set(Some(owner));
     }
 
     /// Fast path (this slot is already the occupant): two loads and a store.
@@ -471,8 +526,10 @@ unsafe impl Stack for SharedSlot {
         let in_region = region.limit().as_ptr().addr() <= sp.as_ptr().addr()
             && sp.as_ptr().addr() <= region.top().as_ptr().addr();
         let sp = if in_region { sp } else { region.limit() };
-        self.state.sp.set(Some(sp));
+        // Only the occupant runs, so only it suspends (anything else has nothing in the
+        // region to record).
         if self.is_occupant_ptr() {
+            self.region.occupant_sp.set(Some(sp));
             self.region.running.set(false);
         }
     }
@@ -485,7 +542,7 @@ unsafe impl Stack for SharedSlot {
 impl Drop for SharedSlot {
     fn drop(&mut self) {
         self.release();
-        self.state.owner.set(None);
+        self.state.owner.clear();
         // SAFETY: `drop` runs once, and `self.state` is not used after this.
         let state = unsafe { ManuallyDrop::take(&mut self.state) };
         let mut spare = self.region.spare.take();
@@ -503,5 +560,34 @@ impl fmt::Debug for SharedSlot {
             .field("occupant", &self.is_occupant())
             .field("saved_len", &self.saved_len())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_state_is_three_words() {
+        assert_eq!(size_of::<SlotState>(), 3 * size_of::<usize>());
+    }
+
+    #[test]
+    fn the_occupant_names_its_owner_by_id_large_id_or_name() {
+        let region = SharedStack::new(16 * 1024).unwrap();
+        let slot = region.slot();
+        // SAFETY: nothing runs on the region; no stack pointer is restored.
+        unsafe { slot.before_resume(None).unwrap() };
+        let registry = region.region.mapping.slot();
+        for (owner, name) in [
+            (Owner::new(7), None),
+            (Owner::new(u64::MAX), None),
+            (Owner::named(u64::MAX >> 1, "parser"), Some(&b"parser"[..])),
+            (Owner::new(0), None),
+        ] {
+            slot.set_owner(owner);
+            let record = registry.load_owner().unwrap();
+            assert_eq!((record.id, record.name_bytes()), (owner.id, name));
+        }
     }
 }
