@@ -8,9 +8,11 @@
 //! `accept`, `accept4`) with close-on-exec, that has not been duplicated since (`dup*`,
 //! `fcntl(F_DUPFD*)`), nor made inheritable (`fcntl(F_SETFD)` without `FD_CLOEXEC`,
 //! `ioctl(FIONCLEX)`), nor sent to another process (`SCM_RIGHTS`), and that existed at no
-//! `fork` (the fork handlers move an epoch that every private descriptor records). For such a
-//! descriptor every change goes through the interposed `setsockopt` on its own number, which
-//! refreshes the value from the kernel. Every other descriptor — made before `enable`, by a
+//! `fork` (the fork handlers move an epoch that every private descriptor records). Such a
+//! descriptor's first wait reads the value from the kernel (an accepted socket inherits its
+//! listener's timeouts; one set through a call the hook does not see is found there); after
+//! that every change goes through the interposed `setsockopt` on its own number, which
+//! refreshes the value from the kernel under the descriptor's lock. Every other descriptor — made before `enable`, by a
 //! call the hook does not see, shared — is asked each time (`getsockopt`), as before: the
 //! table never answers for a socket that someone else may have changed.
 //!
