@@ -69,11 +69,24 @@
 //!   `errno` are the blocking call's: a write of a contiguous buffer on a stream (`write`,
 //!   `send`, `sendto`) completes or fails as a blocking one does (a partial count only on a
 //!   timeout or an error after some bytes), `recv`/`recvfrom` with `MSG_WAITALL` fill the
-//!   buffer, `connect` waits and reports `SO_ERROR`. `SO_RCVTIMEO`/`SO_SNDTIMEO` (read at call
-//!   time) end a wait with `EAGAIN` as Linux does (`EINPROGRESS` for `connect`). A call that
+//!   buffer, `connect` waits and reports `SO_ERROR`. `SO_RCVTIMEO`/`SO_SNDTIMEO` end a wait
+//!   with `EAGAIN` as Linux does (`EINPROGRESS` for `connect`); see *Socket timeouts* below
+//!   for where the hook reads them. A call that
 //!   asks not to wait (`MSG_DONTWAIT`), and every call on a descriptor the application made
 //!   non-blocking (`fcntl(F_SETFL, O_NONBLOCK)`, `ioctl(FIONBIO)`, `SOCK_NONBLOCK`), passes
 //!   through and returns `EAGAIN`.
+//! * Socket timeouts: the interposed `setsockopt` sets `SO_RCVTIMEO`/`SO_SNDTIMEO` (and their
+//!   `_NEW` forms) in the kernel as always, and keeps the kernel's value in a second table,
+//!   three words per descriptor, so that a wait need not ask the kernel (`getsockopt`) each
+//!   time. A timeout belongs to the socket, not the descriptor, so the table answers only for
+//!   a *private* descriptor: made after [`enable`] by the interposed `socket`, `socketpair`,
+//!   `accept` or `accept4` with close-on-exec, and since then neither duplicated (`dup*`,
+//!   `fcntl(F_DUPFD*)`), nor made inheritable (`fcntl(F_SETFD)` without `FD_CLOEXEC`,
+//!   `ioctl(FIONCLEX)`), nor passed in an `SCM_RIGHTS` message, nor open across a `fork`. Its
+//!   first wait reads the timeouts from the kernel (an accepted socket inherits its
+//!   listener's; one set before through a call the hook does not see is found there), and
+//!   the interposed `setsockopt` on it refreshes them. Every other socket's waits read them
+//!   from the kernel, each time. Descriptors that are no sockets (pipes, FIFOs) have none.
 //! * `poll`, `ppoll`, `select` and `pselect` in a coroutine: one descriptor waiting in one
 //!   direction waits on the driver; other sets are polled again every millisecond while the
 //!   coroutine sleeps in between; an empty `poll` set with a timeout is a sleep. Each look is
@@ -138,6 +151,12 @@
 //!   2) would send the write to the blocking pool; one on the alternate signal stack (fault
 //!   handlers) writes directly. `close` of a managed descriptor that a coroutine has waited on
 //!   releases that wait's registration (a lock and possibly a free): not for a handler.
+//! * **Socket timeouts changed behind the hook's back.** On a private descriptor (see *Socket
+//!   timeouts*) that has waited once, a timeout changed without the interposed `setsockopt`
+//!   — the raw system call, a shared library's own call into the C library, a descriptor
+//!   taken with `pidfd_getfd`, a process spawned with the socket as one of its standard
+//!   streams (`posix_spawn` file actions, std's `Stdio::from`) — is not seen: waits keep the
+//!   timeout the hook knows.
 //! * **Sanitizers and other interposers.** ASan, TSan and `LD_PRELOAD` libraries that intercept
 //!   the same calls are bypassed (the pass-through is the system call).
 //! * **Vectored writes.** `writev` and `sendmsg` on a stream may return a partial count
@@ -164,10 +183,12 @@
 //! unwinds (cancellation is deferred); and a runtime shut down meanwhile abandons such a
 //! coroutine with its stack, leaked, never freed. On a copying stack, whose bytes move while
 //! the coroutine is parked, nothing on the stack is lent: buffers are bounced through the
-//! heap and paths and `getaddrinfo`'s arguments copied. Global state is one pointer to the descriptor table,
-//! allocated by [`enable`] and never freed, and two flags; every entry is one atomic word
-//! (state bits, a lock bit, and the descriptor's shared waiting machinery as a reference-counted
-//! pointer).
+//! heap and paths and `getaddrinfo`'s arguments copied. Global state is two pointers, to the
+//! descriptor table and the timeout table, allocated by [`enable`] and never freed, two flags
+//! and a fork counter; every entry of the descriptor table is one atomic word (state bits, a
+//! lock bit, and the descriptor's shared waiting machinery as a reference-counted pointer),
+//! every entry of the timeout table three (whether it may answer, and the two timeouts),
+//! changed by `setsockopt` under the descriptor's lock bit.
 #![deny(missing_docs)]
 
 use std::fmt;
@@ -218,8 +239,9 @@ pub fn is_enabled() -> bool {
 /// call every hooked call passes straight through. Idempotent; there is no way back (sockets
 /// the hook manages must stay managed). Call it early in `main`, before the runtime starts.
 ///
-/// It allocates the descriptor table: one word per descriptor number below the process's hard
-/// `RLIMIT_NOFILE` (at most 2^20 of them; pages are touched only as descriptors are used).
+/// It allocates the descriptor table and the timeout table: four words per descriptor number
+/// below the process's hard `RLIMIT_NOFILE` (at most 2^20 of them; pages are touched only as
+/// descriptors are used).
 /// Descriptors above it always pass through.
 ///
 /// # Errors
@@ -280,7 +302,7 @@ impl fmt::Display for EnableError {
                  keep blocking the worker thread here (use spindle_io's types instead)",
             ),
             EnableError::OutOfMemory => f.write_str(
-                "spindle-hook could not allocate its descriptor table (one word per possible \
+                "spindle-hook could not allocate its descriptor tables (four words per possible \
                  descriptor): lower RLIMIT_NOFILE's hard limit or free memory",
             ),
         }

@@ -717,3 +717,134 @@ fn accept_honours_the_receive_timeout() {
         });
     }
 }
+
+/// Sets `SO_RCVTIMEO` through the system call itself, which the hook does not see.
+fn raw_set_read_timeout(fd: i32, timeout: Duration) {
+    let tv = libc::timeval {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+    };
+    // SAFETY: a valid timeval of the size given, on an open socket.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_setsockopt,
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            &raw const tv,
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+}
+
+/// Reads from `s` and returns the outcome's kind and how long it took.
+fn timed_read(s: &mut impl Read) -> (Result<usize, ErrorKind>, Duration) {
+    let start = Instant::now();
+    let r = s.read(&mut [0u8; 8]).map_err(|e| e.kind());
+    (r, start.elapsed())
+}
+
+/// A socket's timeout is the socket's, not the descriptor's: one set through a duplicate
+/// (`try_clone`, `dup`) after the original has waited is honoured by the original, and one set
+/// on the original by the duplicates.
+#[test]
+fn a_timeout_set_through_a_duplicate_is_honoured_by_the_original() {
+    for io in backends() {
+        let rt = runtime(1, io);
+        watchdog(Duration::from_secs(30), move || {
+            rt.block_on(|| {
+                let (mut a, mut b) = tcp_pair();
+                // A first wait, with no timeout, on the original.
+                let writer = spindle_rt::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(20));
+                    b.write_all(b"x").unwrap();
+                    b
+                });
+                assert_eq!(timed_read(&mut a).0, Ok(1));
+                let _b = writer.join().unwrap();
+
+                let c = a.try_clone().unwrap();
+                c.set_read_timeout(Some(Duration::from_millis(40))).unwrap();
+                let (r, took) = timed_read(&mut a);
+                assert_eq!(r, Err(ErrorKind::WouldBlock));
+                assert!(took >= Duration::from_millis(40), "{took:?}");
+
+                a.set_read_timeout(Some(Duration::from_millis(30))).unwrap();
+                // SAFETY: plain call on an open descriptor.
+                let d = unsafe { libc::dup(a.as_raw_fd()) };
+                assert!(d >= 0);
+                // SAFETY: just made, owned here.
+                let mut d = unsafe { TcpStream::from_raw_fd(d) };
+                let (r, took) = timed_read(&mut d);
+                assert_eq!(r, Err(ErrorKind::WouldBlock));
+                assert!(took >= Duration::from_millis(30), "{took:?}");
+                let mut c = c;
+                let (r, took) = timed_read(&mut c);
+                assert_eq!(r, Err(ErrorKind::WouldBlock));
+                assert!(took >= Duration::from_millis(30), "{took:?}");
+                assert!(took < Duration::from_secs(5), "{took:?}");
+            })
+        });
+    }
+}
+
+/// A timeout set before a coroutine first used the socket — on a plain thread through std,
+/// through the raw system call, or on a listener whose accepted sockets inherit it — is
+/// honoured by the coroutine's first wait.
+#[test]
+fn a_timeout_set_before_the_socket_was_managed_is_honoured() {
+    for io in backends() {
+        // On a plain thread (the hook sees the call) and through the raw system call (it
+        // does not).
+        let (a, b) = tcp_pair();
+        a.set_read_timeout(Some(Duration::from_millis(40))).unwrap();
+        let (c, d) = tcp_pair();
+        raw_set_read_timeout(c.as_raw_fd(), Duration::from_millis(40));
+        // A listener's timeout, inherited by the sockets it accepts.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        raw_set_read_timeout(l.as_raw_fd(), Duration::from_millis(40));
+        let rt = runtime(1, io);
+        watchdog(Duration::from_secs(30), move || {
+            rt.block_on(move || {
+                let _peers = (b, d);
+                let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+                let (accepted, _) = l.accept().unwrap();
+                for mut s in [a, c, accepted] {
+                    let (r, took) = timed_read(&mut s);
+                    assert_eq!(r, Err(ErrorKind::WouldBlock));
+                    assert!(took >= Duration::from_millis(40), "{took:?}");
+                    assert!(took < Duration::from_secs(5), "{took:?}");
+                }
+                drop(client);
+            })
+        });
+    }
+}
+
+/// A timeout cleared (std's `None`: a zero `timeval`) after a wait that used it: the next read
+/// waits for as long as the data takes.
+#[test]
+fn a_cleared_timeout_waits_for_ever_again() {
+    for io in backends() {
+        let rt = runtime(1, io);
+        watchdog(Duration::from_secs(30), move || {
+            rt.block_on(|| {
+                let (mut a, mut b) = tcp_pair();
+                a.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+                assert_eq!(timed_read(&mut a).0, Err(ErrorKind::WouldBlock));
+                a.set_read_timeout(None).unwrap();
+                assert_eq!(a.read_timeout().unwrap(), None);
+                let writer = spindle_rt::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(80));
+                    b.write_all(b"x").unwrap();
+                    b
+                });
+                let (r, took) = timed_read(&mut a);
+                assert_eq!(r, Ok(1));
+                assert!(took >= Duration::from_millis(60), "{took:?}");
+                let _b = writer.join().unwrap();
+            })
+        });
+    }
+}

@@ -10,7 +10,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::Instant;
 
-use crate::source::{Direction, Evented};
+use crate::source::{Direction, Evented, ReadinessSnapshot};
 
 /// The waiting machinery of one descriptor that belongs to someone else (the application's
 /// code, which `spindle-hook` runs cooperatively). It registers lazily, like the IO types, and
@@ -59,5 +59,49 @@ impl FdWait {
             Direction::Read
         };
         self.ev.readiness_op(dir, deadline, op)
+    }
+
+    /// The descriptor's readiness as recorded now, for [`FdWait::run_after_would_block`]:
+    /// taken before the call that may fail with `WouldBlock`.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot(self.ev.readiness_snapshot())
+    }
+
+    /// [`FdWait::run`] for a caller whose own call of `op` has just failed with `WouldBlock`,
+    /// `snapshot` taken (from this `FdWait`) before that call: it waits for readiness first
+    /// instead of making the call again — the call would fail the same way unless an event
+    /// came since the snapshot, and then the wait ends at once. A snapshot of another
+    /// `FdWait`, or of none (`Snapshot::default()`), makes the wait clear nothing: it may end
+    /// at once, and the loop then carries on as `run` does.
+    ///
+    /// # Errors
+    ///
+    /// As [`FdWait::run`].
+    pub fn run_after_would_block<R>(
+        &self,
+        write: bool,
+        deadline: Option<Instant>,
+        snapshot: Snapshot,
+        op: impl FnMut() -> io::Result<R>,
+    ) -> io::Result<R> {
+        let dir = if write {
+            Direction::Write
+        } else {
+            Direction::Read
+        };
+        self.ev
+            .readiness_op_after_would_block(dir, deadline, snapshot.0, op)
+    }
+}
+
+/// A descriptor's readiness before a call, as [`FdWait::snapshot`] took it.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug)]
+pub struct Snapshot(ReadinessSnapshot);
+
+impl Default for Snapshot {
+    /// No snapshot: the wait clears nothing.
+    fn default() -> Snapshot {
+        Snapshot(ReadinessSnapshot::NONE)
     }
 }

@@ -81,6 +81,19 @@ pub(crate) struct Evented {
 
 const NO_TIMEOUT: u64 = u64::MAX;
 
+/// A source's readiness as its latest registration recorded it before a call (none: no
+/// registration yet). Compared by address only, never dereferenced: a snapshot of another
+/// source, or of a registration since replaced, clears nothing.
+#[cfg(unix)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReadinessSnapshot(Option<(*const ScheduledIo, crate::ReadyEvent)>);
+
+#[cfg(unix)]
+impl ReadinessSnapshot {
+    /// No snapshot: the wait clears nothing.
+    pub(crate) const NONE: ReadinessSnapshot = ReadinessSnapshot(None);
+}
+
 /// The largest buffer of a byte stream bounced through the heap for a task on a copying stack
 /// (a stream's read or write may transfer less than asked, so larger buffers are served in
 /// parts). A datagram's buffer is bounced whole: a part would cut the message.
@@ -244,12 +257,54 @@ impl Evented {
         &self,
         dir: Direction,
         deadline: Option<Instant>,
-        mut op: impl FnMut() -> io::Result<R>,
+        op: impl FnMut() -> io::Result<R>,
     ) -> io::Result<R> {
         // Counted before the call (the yield this may make is a cancellation point, which after
         // the call would lose its result), so that a task whose source is always ready cannot
         // keep its worker for ever.
         spindle_park::consume_budget();
+        self.readiness_loop(dir, deadline, op)
+    }
+
+    /// The readiness of the latest registration now, for
+    /// [`readiness_op_after_would_block`](Evented::readiness_op_after_would_block): taken
+    /// before a call that may fail with `EWOULDBLOCK`.
+    #[cfg(unix)]
+    pub(crate) fn readiness_snapshot(&self) -> ReadinessSnapshot {
+        ReadinessSnapshot(
+            self.current_io()
+                .map(|io| (io as *const ScheduledIo, io.readiness())),
+        )
+    }
+
+    /// [`readiness_op`](Evented::readiness_op) for a caller whose own call of `op` has just
+    /// failed with `EWOULDBLOCK`, `snapshot` taken before that call: it waits first, instead
+    /// of making the call once more. The wait clears the readiness the snapshot saw (if no
+    /// event came since, as the loop of `readiness_op` does with its own snapshot), so an
+    /// edge-triggered registration waits for the next event; every other wait path (a new
+    /// registration, a poll operation, `poll(2)`) looks at the source itself.
+    #[cfg(unix)]
+    pub(crate) fn readiness_op_after_would_block<R>(
+        &self,
+        dir: Direction,
+        deadline: Option<Instant>,
+        snapshot: ReadinessSnapshot,
+        op: impl FnMut() -> io::Result<R>,
+    ) -> io::Result<R> {
+        // Counted first, as in `readiness_op`.
+        spindle_park::consume_budget();
+        past_deadline(deadline)?;
+        self.wait_ready(dir.interest(), deadline, snapshot.0)?;
+        self.readiness_loop(dir, deadline, op)
+    }
+
+    /// The loop of [`readiness_op`](Evented::readiness_op), its budget counted.
+    fn readiness_loop<R>(
+        &self,
+        dir: Direction,
+        deadline: Option<Instant>,
+        mut op: impl FnMut() -> io::Result<R>,
+    ) -> io::Result<R> {
         loop {
             // The snapshot is taken before the call: an event that arrives after the call
             // failed moves the tick, and the clear below then erases nothing.

@@ -9,10 +9,11 @@ use libc::{
 };
 
 use super::files::{offload_transfer, offload_vectored};
+use super::timeouts;
 use super::{
-    Dir, FILE, MANAGED, PASS, Route, Slot, UNKNOWN, USER_NONBLOCKING, coroutine_sleep_until,
-    coroutine_wait, enabled, finish, in_coroutine, managed, retry, route, slot, sys,
-    timeout_deadline,
+    Dir, FILE, MANAGED, PASS, Route, Slot, Snapshot, UNKNOWN, USER_NONBLOCKING,
+    coroutine_sleep_until, coroutine_wait, enabled, finish, in_coroutine, managed, retry, route,
+    slot, sys,
 };
 
 /// `fcntl(F_GETOWN_EX)` and its owner type for process groups (as `<fcntl.h>` has them).
@@ -39,7 +40,15 @@ fn transfer(
     let mut done = 0usize;
     // The socket timeout bounds the whole call, from its first wait.
     let mut deadline: Option<Option<Instant>> = None;
+    // In a coroutine, the descriptor's waiting machinery (if an earlier wait made it): its
+    // readiness before each call lets a call that fails with `EAGAIN` wait at once instead of
+    // being made again (see `coroutine_wait`).
+    let co = in_coroutine();
+    let mut waiter = if co { slot.existing_waiter() } else { None };
     loop {
+        let snapshot = waiter
+            .as_ref()
+            .map_or_else(Snapshot::default, |w| w.0.snapshot());
         let mut at = || op(done);
         let n = at();
         let outcome = if n >= 0 {
@@ -47,8 +56,12 @@ fn transfer(
         } else {
             match sys::errno() {
                 libc::EAGAIN => {
-                    let d = *deadline.get_or_insert_with(|| timeout_deadline(fd, dir));
-                    retry(fd, slot, dir, d, &mut at)
+                    let d = *deadline.get_or_insert_with(|| timeouts::deadline(fd, dir));
+                    let r = retry(fd, slot, dir, d, Some(snapshot), &mut at);
+                    if co && waiter.is_none() {
+                        waiter = slot.existing_waiter();
+                    }
+                    r
                 }
                 e => Err(e),
             }
@@ -277,6 +290,10 @@ pub unsafe extern "C" fn sendto(
 /// As `sendmsg(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
+    if enabled() {
+        // SAFETY: the caller's contract.
+        unsafe { timeouts::passing_descriptors(msg) };
+    }
     // SAFETY: the caller's contract.
     let mut op = move |_| unsafe {
         sys::call3(
@@ -327,11 +344,14 @@ pub unsafe extern "C" fn accept4(
             )
         }
     };
+    let epoch = timeouts::epoch();
     let r = match managed(fd) {
         Some(slot) => transfer(fd, slot, Dir::Read, 0, false, &mut op),
         None => op(0),
     } as c_int;
     forget_new(r);
+    // An accepted socket starts with its listener's timeouts.
+    timeouts::new_socket(r, epoch, flags & libc::SOCK_CLOEXEC != 0);
     r
 }
 
@@ -372,8 +392,8 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
                     n => n,
                 }
             };
-            let deadline = timeout_deadline(fd, Dir::Write);
-            match retry(fd, slot, Dir::Write, deadline, &mut writable) {
+            let deadline = timeouts::deadline(fd, Dir::Write);
+            match retry(fd, slot, Dir::Write, deadline, None, &mut writable) {
                 Ok(_) => {
                     let mut err: c_int = 0;
                     let mut err_len = std::mem::size_of::<c_int>() as socklen_t;
@@ -403,8 +423,8 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
         }
         // A Unix socket whose listener's backlog is full.
         libc::EAGAIN => {
-            let deadline = timeout_deadline(fd, Dir::Write);
-            finish(retry(fd, slot, Dir::Write, deadline, &mut op)) as c_int
+            let deadline = timeouts::deadline(fd, Dir::Write);
+            finish(retry(fd, slot, Dir::Write, deadline, None, &mut op)) as c_int
         }
         _ => -1,
     }
@@ -449,7 +469,7 @@ fn wait_ready(
             }
             n => n,
         };
-        if let Some(done) = coroutine_wait(fd, slot, dir, deadline, &mut ready) {
+        if let Some(done) = coroutine_wait(fd, slot, dir, deadline, None, &mut ready) {
             return match done {
                 Ok(n) => n,
                 // The timeout.
@@ -747,6 +767,7 @@ pub(super) fn forget_new(fd: c_int) {
         && let Some(slot) = slot(fd)
     {
         slot.reset(UNKNOWN);
+        timeouts::forget(fd);
     }
 }
 
@@ -758,6 +779,7 @@ fn copy_state(old: c_int, new: c_int) {
         _ => UNKNOWN,
     };
     new_slot.reset(state);
+    timeouts::duplicated(old, new);
 }
 
 /// # Safety
@@ -831,6 +853,7 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 /// As `socket(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
+    let epoch = timeouts::epoch();
     // SAFETY: plain system call.
     let r = unsafe {
         sys::call3(
@@ -841,6 +864,7 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_
         )
     } as c_int;
     forget_new(r);
+    timeouts::new_socket(r, epoch, ty & libc::SOCK_CLOEXEC != 0);
     r
 }
 
@@ -854,6 +878,7 @@ pub unsafe extern "C" fn socketpair(
     protocol: c_int,
     sv: *mut c_int,
 ) -> c_int {
+    let epoch = timeouts::epoch();
     // SAFETY: the caller's contract: `sv` is valid for two ints.
     let r = unsafe {
         sys::call6(
@@ -870,9 +895,10 @@ pub unsafe extern "C" fn socketpair(
     } as c_int;
     if r == 0 {
         // SAFETY: the call filled both.
-        unsafe {
-            forget_new(*sv);
-            forget_new(*sv.add(1));
+        let fds = unsafe { [*sv, *sv.add(1)] };
+        for fd in fds {
+            forget_new(fd);
+            timeouts::new_socket(fd, epoch, ty & libc::SOCK_CLOEXEC != 0);
         }
     }
     r
@@ -896,9 +922,10 @@ pub unsafe extern "C" fn pipe2(fds: *mut c_int, flags: c_int) -> c_int {
     let r = unsafe { sys::call3(libc::SYS_pipe2, fds as c_long, flags as c_long, 0) } as c_int;
     if r == 0 {
         // SAFETY: the call filled both.
-        unsafe {
-            forget_new(*fds);
-            forget_new(*fds.add(1));
+        let fds = unsafe { [*fds, *fds.add(1)] };
+        for fd in fds {
+            forget_new(fd);
+            timeouts::not_socket(fd);
         }
     }
     r
@@ -973,6 +1000,13 @@ unsafe fn fcntl_impl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
                 _ => real(arg),
             }
         }
+        libc::F_SETFD => {
+            if arg as c_int & libc::FD_CLOEXEC == 0 {
+                // Inheritable: a child process may share the socket from now on.
+                timeouts::share(fd);
+            }
+            real(arg)
+        }
         libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
             let r = real(arg);
             if r >= 0 {
@@ -1027,6 +1061,10 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: c_ulong) -> c_i
         };
         r as c_int
     };
+    if request == libc::FIONCLEX as c_ulong {
+        // Inheritable: a child process may share the socket from now on.
+        timeouts::share(fd);
+    }
     if request != libc::FIONBIO as c_ulong || arg == 0 {
         return real(arg);
     }

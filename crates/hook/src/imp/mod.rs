@@ -6,16 +6,17 @@ use std::io;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use libc::{c_int, c_long};
-use spindle_io::hook_support::FdWait;
+use spindle_io::hook_support::{FdWait, Snapshot};
 
 use crate::EnableError;
 
 mod files;
 mod io_calls;
 mod sleep;
+mod timeouts;
 
 /// The descriptor table: one word per descriptor number (null until [`enable`]; never freed).
 static TABLE: AtomicPtr<AtomicUsize> = AtomicPtr::new(std::ptr::null_mut());
@@ -26,8 +27,8 @@ static LEN: AtomicUsize = AtomicUsize::new(0);
 /// parent's driver registrations (shared epoll instances) are left alone.
 static FORKED: AtomicBool = AtomicBool::new(false);
 
-/// The most descriptors the table covers (8 MiB of address space; pages are touched only as
-/// descriptors are used).
+/// The most descriptors the table covers (8 MiB of address space, and 24 MiB for the timeout
+/// table; pages are touched only as descriptors are used).
 const MAX_FDS: usize = 1 << 20;
 
 // A table word: the state in the low three bits, a lock bit, and the descriptor's `Waiter`
@@ -84,11 +85,22 @@ pub(crate) fn enable() -> Result<(), EnableError> {
     if table.is_null() {
         return Err(EnableError::OutOfMemory);
     }
+    if !timeouts::allocate(len) {
+        // SAFETY: allocated just above with this layout, never published.
+        unsafe { alloc::dealloc(table.cast(), layout) };
+        return Err(EnableError::OutOfMemory);
+    }
     LEN.store(len, Ordering::Relaxed);
     TABLE.store(table, Ordering::Release);
-    // SAFETY: `on_fork_child` is an async-signal-safe function (one atomic store), as a fork
-    // handler of a multi-threaded process must be.
-    let r = unsafe { libc::pthread_atfork(None, None, Some(on_fork_child)) };
+    // SAFETY: the handlers are async-signal-safe functions (one atomic operation each), as the
+    // fork handlers of a multi-threaded process must be.
+    let r = unsafe {
+        libc::pthread_atfork(
+            Some(timeouts::on_fork_prepare),
+            Some(timeouts::on_fork_parent),
+            Some(on_fork_child),
+        )
+    };
     if r != 0 {
         // Forked children would believe a runtime runs in them; without the handler the hook
         // must not suspend anything there. Only ENOMEM is possible.
@@ -197,6 +209,26 @@ impl Slot {
         state
     }
 
+    /// The descriptor's waiting machinery if it has been made (by an earlier wait).
+    fn existing_waiter(self) -> Option<Arc<Waiter>> {
+        if self.0.load(Ordering::Relaxed) & PTR == 0 {
+            return None;
+        }
+        let v = self.lock();
+        let ptr = v & PTR;
+        let waiter = (ptr != 0).then(|| {
+            let waiter = ptr as *const Waiter;
+            // SAFETY: the word owns one count of `waiter` (from `Arc::into_raw`), which cannot
+            // go away while we hold the lock; we take one more for the caller.
+            unsafe {
+                Arc::increment_strong_count(waiter);
+                Arc::from_raw(waiter)
+            }
+        });
+        self.unlock(v);
+        waiter
+    }
+
     /// The descriptor's waiting machinery (made on first use), or `None` if it cannot be made.
     fn waiter(self, fd: c_int) -> Option<Arc<Waiter>> {
         let v = self.lock();
@@ -252,6 +284,10 @@ fn classify(fd: c_int) -> usize {
     // SAFETY: `st` is a valid stat to write; fstat does not go through this crate.
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
         return UNKNOWN;
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        // No socket options, hence no timeouts, for as long as the number is this descriptor.
+        timeouts::not_socket(fd);
     }
     if fd <= 2 {
         // Standard streams are often shared with other processes (a terminal, a shell's
@@ -381,39 +417,22 @@ enum Dir {
     Write,
 }
 
-/// The deadline `SO_RCVTIMEO`/`SO_SNDTIMEO` set for a call on `fd` in `dir` that starts now
-/// (none for a descriptor that is not a socket, or without a timeout).
-fn timeout_deadline(fd: c_int, dir: Dir) -> Option<Instant> {
-    let opt = match dir {
-        Dir::Read => libc::SO_RCVTIMEO,
-        Dir::Write => libc::SO_SNDTIMEO,
-    };
-    let mut tv = libc::timeval {
-        tv_sec: 0,
-        tv_usec: 0,
-    };
-    let mut len = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
-    // SAFETY: `tv` and `len` are valid to write, `len` is `tv`'s size.
-    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, opt, (&raw mut tv).cast(), &mut len) };
-    if r != 0 || (tv.tv_sec <= 0 && tv.tv_usec <= 0) {
-        return None;
-    }
-    let d = Duration::from_secs(tv.tv_sec as u64) + Duration::from_micros(tv.tv_usec as u64);
-    Instant::now().checked_add(d)
-}
-
 /// Runs `op` (a non-blocking system call returning `-1` and `errno` on failure) on a managed
 /// descriptor after it failed with `EAGAIN`, waiting for readiness in between, until it
 /// succeeds, fails otherwise, or `deadline` passes (`EAGAIN`).
+///
+/// `after`: the readiness the descriptor's waiter recorded before that failed call (see
+/// [`coroutine_wait`]); `None` makes `op` run once more before the first wait.
 fn retry(
     fd: c_int,
     slot: Slot,
     dir: Dir,
     deadline: Option<Instant>,
+    after: Option<Snapshot>,
     op: &mut dyn FnMut() -> isize,
 ) -> Result<isize, c_int> {
     if in_coroutine()
-        && let Some(done) = coroutine_wait(fd, slot, dir, deadline, op)
+        && let Some(done) = coroutine_wait(fd, slot, dir, deadline, after, op)
     {
         return done;
     }
@@ -422,11 +441,18 @@ fn retry(
 
 /// [`retry`] in a coroutine: only the coroutine waits, on its worker's driver. `None` if the
 /// driver could not take the descriptor (the caller waits with the thread instead).
+///
+/// With `after` (a snapshot taken before the caller's own call failed with `EAGAIN`) the
+/// coroutine waits first: the call would fail again unless an event came since the snapshot,
+/// and then the wait ends at once (the driver's edge-triggered readiness clears only what the
+/// snapshot saw; a new registration, a poll operation and `poll(2)` look at the descriptor
+/// itself). Without it, `op` runs once more first.
 fn coroutine_wait(
     fd: c_int,
     slot: Slot,
     dir: Dir,
     deadline: Option<Instant>,
+    after: Option<Snapshot>,
     op: &mut dyn FnMut() -> isize,
 ) -> Option<Result<isize, c_int>> {
     let waiter = slot.waiter(fd)?;
@@ -434,7 +460,7 @@ fn coroutine_wait(
     // as `ECANCELED` and carried out at the coroutine's next cancellation point.
     let _deferred = spindle_park::defer_cancel();
     let mut op_errno = None;
-    let result = waiter.0.run(dir == Dir::Write, deadline, || {
+    let mut attempt = || {
         if spindle_park::cancel_requested() {
             op_errno = Some(libc::ECANCELED);
             return Err(io::Error::from_raw_os_error(libc::ECANCELED));
@@ -446,7 +472,16 @@ fn coroutine_wait(
         let e = sys::errno();
         op_errno = Some(e);
         Err(io::Error::from_raw_os_error(e))
-    });
+    };
+    let write = dir == Dir::Write;
+    let result = match after {
+        None => waiter.0.run(write, deadline, &mut attempt),
+        // A cancel request made before the wait: the call that `op` would make first.
+        Some(_) if spindle_park::cancel_requested() => return Some(Err(libc::ECANCELED)),
+        Some(snapshot) => waiter
+            .0
+            .run_after_would_block(write, deadline, snapshot, &mut attempt),
+    };
     match result {
         Ok(n) => Some(Ok(n)),
         Err(e) => match e.raw_os_error() {
