@@ -4,7 +4,9 @@
 //!   (`--full` adds the slow checkers: sanitizers, fuzzing).
 //! * `cargo xtask bench <suite> [--quick] [--json PATH] [--markdown PATH] [--filter S]`:
 //!   side-by-side benchmarks; `cargo xtask bench instr --update-baseline` rewrites the
-//!   instruction-count baseline that the `instr` CI leg checks.
+//!   instruction-count baseline that the `instr` CI leg checks; `cargo xtask bench wine-switch
+//!   [--rounds N]` times the `switch` row's Linux and x86_64 Windows builds (under Wine) in
+//!   turn.
 //! * `cargo xtask matrix [--quick] [--list] [--only ENTRY,..]`: the facade's feature matrix.
 //! * `cargo xtask demo [--quick]`: the tour (`cargo run --release --example tour`).
 //! * `cargo xtask soak [--minutes N] [--backend B]`: the echo and chat examples under mixed load.
@@ -22,6 +24,7 @@ mod matrix;
 mod proc;
 mod publish;
 mod soak;
+mod wine_switch;
 
 use std::process::ExitCode;
 
@@ -42,6 +45,10 @@ commands:
         `cargo xtask bench list` shows the suites;
         `bench instr --update-baseline` also writes crates/bench/instr-baseline.json, the
         instruction counts the `instr` CI leg allows (+3 % for Spindle rows)
+  bench wine-switch [--rounds N] [--samples N]
+        the core suite's `switch` for x86_64 Windows: coro's switch_time example built for
+        Linux, for windows-gnu and for windows-gnu with the Boost backend, run in turn (the
+        Windows ones under Wine) for N rounds (9); prints the medians and their ratios
   matrix [--quick] [--list] [--only ENTRY,..]
         build and test the spindles facade over its feature matrix (each feature alone, the
         defaults, every scheduler x Linux IO backend, all features), check it for FreeBSD,
@@ -80,6 +87,9 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci::main(&args[1..]),
+        Some("bench") if args.get(1).map(String::as_str) == Some("wine-switch") => {
+            wine_switch::main(&args[2..])
+        }
         Some("bench") => bench::main(&args[1..]),
         Some("matrix") => matrix::main(&args[1..]),
         Some("demo") => demo(&args[1..]),

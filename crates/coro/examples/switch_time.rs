@@ -42,14 +42,16 @@ fn main() {
         .nth(1)
         .map(|a| a.parse().expect("SAMPLES: a number"))
         .unwrap_or(11);
-    let mut co = Coroutine::new(|y: &Yielder<(), usize>, ()| {
-        loop {
-            y.suspend(black_box(1));
+    // Input `true` ends the coroutine, so that it finishes before it is dropped (no forced
+    // unwind of its stack at exit).
+    let mut co = Coroutine::new(|y: &Yielder<bool, usize>, mut stop: bool| {
+        while !stop {
+            stop = y.suspend(black_box(1));
         }
     })
     .expect("a coroutine on a pooled stack");
-    assert_eq!(co.resume(()), CoroutineResult::Yield(1));
-    let mut op = || match co.resume(()) {
+    assert_eq!(co.resume(false), CoroutineResult::Yield(1));
+    let mut op = || match co.resume(false) {
         CoroutineResult::Yield(v) => v,
         CoroutineResult::Return(()) => 0,
     };
@@ -66,4 +68,5 @@ fn main() {
         ns[ns.len() - 1],
         ns.len()
     );
+    assert_eq!(co.resume(true), CoroutineResult::Return(()));
 }

@@ -74,15 +74,20 @@ pub(crate) use tls_callback::thread_is_exiting;
 
 /// Whether a coroutine may run on this thread now: prepares the thread on its first resume
 /// (see [`prepare_thread`]); false once the thread has begun destroying its thread-locals.
-/// One thread-local load after the first time (two on Windows, whose exit flag is a slot of
-/// its own). Inlined: the thread-local address it computes is used at once, in the resumer's
+/// One thread-local load after the first time (on Windows, one load of the exit flag's slot,
+/// which a prepared thread marks ready: see `tls_callback`). Inlined: the thread-local address it computes is used at once, in the resumer's
 /// frame, which stays on its thread until the resume returns (the rule against cached
 /// thread-local addresses is about a coroutine's own frames across its suspends).
 #[inline(always)]
 pub(crate) fn ready_to_resume() -> bool {
     #[cfg(windows)]
-    if thread_is_exiting() {
-        return false;
+    {
+        if tls_callback::is_ready() {
+            return true;
+        }
+        if thread_is_exiting() {
+            return false;
+        }
     }
     THREAD.with(Cell::get) == READY || prepare_thread()
 }
@@ -107,6 +112,10 @@ fn prepare_thread() -> bool {
             t.set(READY);
         }
     });
+    #[cfg(windows)]
+    if prepared {
+        tls_callback::mark_ready();
+    }
     true
 }
 
@@ -262,6 +271,12 @@ mod tls_callback {
     /// seen exiting, as on targets without a hook).
     static SLOT: AtomicU32 = AtomicU32::new(TLS_OUT_OF_INDEXES);
 
+    /// The slot's values: null until the thread's first resume; [`READY_MARK`] once the thread
+    /// is prepared (so that a resume needs no other thread-local: `THREAD` is an OS-keyed slot
+    /// behind a call on windows-gnu); [`EXITING_MARK`] from the thread's detach on, final.
+    const EXITING_MARK: usize = 1;
+    const READY_MARK: usize = 2;
+
     /// The loader calls the entries of the `.CRT$XL*` sections in the order of the sections'
     /// names; std's destructor runner is in `.CRT$XLB` (and `.CRT$XLA` is the array's start
     /// marker), so this entry runs before it.
@@ -274,9 +289,8 @@ mod tls_callback {
         if reason == DLL_THREAD_DETACH || reason == DLL_PROCESS_DETACH {
             let slot = SLOT.load(Ordering::Acquire);
             if slot != TLS_OUT_OF_INDEXES {
-                // SAFETY: a slot this process allocated and never frees; any non-null value
-                // means "exiting".
-                unsafe { TlsSetValue(slot, std::ptr::without_provenance_mut(1)) };
+                // SAFETY: a slot this process allocated and never frees.
+                unsafe { TlsSetValue(slot, std::ptr::without_provenance_mut(EXITING_MARK)) };
             }
         }
     }
@@ -321,6 +335,55 @@ mod tls_callback {
         let slot = SLOT.load(Ordering::Relaxed);
         // SAFETY: a slot allocated by this process and never freed; before allocation nothing
         // is read.
-        slot != TLS_OUT_OF_INDEXES && !unsafe { TlsGetValue(slot) }.is_null()
+        slot != TLS_OUT_OF_INDEXES && unsafe { slot_value(slot) }.addr() == EXITING_MARK
+    }
+
+    /// Whether this thread is prepared for resumes and not exiting (see [`READY_MARK`]).
+    #[inline]
+    pub(crate) fn is_ready() -> bool {
+        let slot = SLOT.load(Ordering::Relaxed);
+        // SAFETY: as in `thread_is_exiting`.
+        slot != TLS_OUT_OF_INDEXES && unsafe { slot_value(slot) }.addr() == READY_MARK
+    }
+
+    /// Marks this prepared thread ready, unless it is exiting (the mark is final) or the slot
+    /// could not be allocated (then every resume takes the slower path).
+    pub(super) fn mark_ready() {
+        let slot = SLOT.load(Ordering::Acquire);
+        if slot != TLS_OUT_OF_INDEXES && !thread_is_exiting() {
+            // SAFETY: a slot this process allocated and never frees.
+            unsafe { TlsSetValue(slot, std::ptr::without_provenance_mut(READY_MARK)) };
+        }
+    }
+
+    /// The calling thread's value in TLS slot `slot`: what `TlsGetValue` returns, read
+    /// without calling it for the first 64 slots on x86_64. Every resume reads the flag, and
+    /// the call (through the import table, into kernelbase, which also clears the last
+    /// error) is most of that read's cost.
+    ///
+    /// # Safety
+    ///
+    /// `slot` was allocated by `TlsAlloc` in this process and is not freed.
+    #[inline(always)]
+    unsafe fn slot_value(slot: u32) -> *mut c_void {
+        #[cfg(target_arch = "x86_64")]
+        if slot < 64 {
+            let value: *mut c_void;
+            // SAFETY: on x86_64 Windows `gs` addresses the current thread's TEB, whose
+            // `TlsSlots` array (winternl.h) of the first 64 slots lies at offset 0x1480 and
+            // holds what `TlsSetValue` stored; `slot < 64` keeps the load inside it. A plain
+            // load of the calling thread's own TEB, as `TlsGetValue` makes.
+            unsafe {
+                std::arch::asm!(
+                    "mov {value}, qword ptr gs:[{slot} * 8 + 0x1480]",
+                    value = lateout(reg) value,
+                    slot = in(reg) slot as usize,
+                    options(nostack, readonly, preserves_flags),
+                );
+            }
+            return value;
+        }
+        // SAFETY: forwarded contract.
+        unsafe { TlsGetValue(slot) }
     }
 }
