@@ -17,9 +17,9 @@
 //!   `__sanitizer_finish_switch_fiber` tell it which stack runs.
 //!
 //! Every annotation is made by the resumer, around the switch itself (`Coroutine::switch_in`):
-//! [`Fiber::enter`] right before it switches in, [`leave`] right after the coroutine switched
-//! back. The coroutine's side (its entry, `Yielder::suspend`) makes none, so nothing on the
-//! coroutine's stack has to know the resumer's fiber or stack bounds. What runs between an
+//! [`Fiber::enter`] right before it switches in, [`Fiber::leave`] right after the coroutine
+//! switched back. The coroutine's side (its entry, `Yielder::suspend`) makes none, so nothing on
+//! the coroutine's stack has to know the resumer's fiber or stack bounds. What runs between an
 //! annotation and the switch it stands for is the switch's inline asm and a few register moves
 //! of the resumer: TSan counts those as the coroutine's (harmless: both switches synchronise,
 //! and the thread does run the two sides one after the other), and ASan uses the bounds only
@@ -73,8 +73,8 @@ pub(crate) struct Fiber {
     asan_suspended_on: Option<(*const c_void, usize)>,
 }
 
-/// What [`leave`] needs to go back to the resumer: its TSan fiber and its stack's bounds as
-/// ASan knew them. Zero-sized without the sanitizer cfgs.
+/// What [`Fiber::leave`] needs to go back to the resumer: its TSan fiber and its stack's
+/// bounds as ASan knew them. Zero-sized without the sanitizer cfgs.
 #[must_use]
 pub(crate) struct Resumer {
     #[cfg(spindle_tsan)]
@@ -89,9 +89,9 @@ impl Fiber {
     ///
     /// # Safety
     ///
-    /// The switch into the coroutine follows right away on this thread, and [`leave`] with the
-    /// result right after the coroutine switches back; `[limit, top)` is the coroutine's
-    /// stack; the coroutine has not finished.
+    /// The switch into the coroutine follows right away on this thread, and
+    /// [`leave`](Fiber::leave) with the result right after the coroutine switches back;
+    /// `[limit, top)` is the coroutine's stack; the coroutine has not finished.
     #[inline(always)]
     #[cfg_attr(not(spindle_asan), allow(unused_variables))]
     pub(crate) unsafe fn enter(&mut self, limit: NonNull<u8>, top: NonNull<u8>) -> Resumer {
@@ -144,9 +144,10 @@ impl Fiber {
         }
     }
 
-    /// The coroutine has finished (after [`leave`]): frees its TSan fiber, and unpoisons
-    /// `[sp, top)`, what its last frames leave on its stack (its entry never returns, so its
-    /// frame's redzones would stay poisoned for whichever coroutine uses the stack next).
+    /// The coroutine has finished (after [`leave`](Fiber::leave)): frees its TSan fiber, and
+    /// unpoisons `[sp, top)`, what its last frames leave on its stack (its entry never returns,
+    /// so its frame's redzones would stay poisoned for whichever coroutine uses the stack
+    /// next).
     ///
     /// # Safety
     ///
