@@ -25,6 +25,9 @@
 //! - `chan_ping_pong_instr`: one round trip over two bounded channels of capacity 1 between two
 //!   coroutines/tasks (one worker / current thread: the `sync` suite's `chan_ping_pong` uses
 //!   two workers, whose counts would depend on how the threads interleave).
+//! - `chan_mpsc_4x1_instr`: one message of [`PRODUCERS`] producers sending into one bounded
+//!   channel of capacity [`MPSC_CAP`] that one consumer drains (one worker / current thread,
+//!   for the same reason; the `sync` suite's `chan_mpsc_4x1` runs on two workers).
 //!
 //! Everything runs on one thread at a time (one worker), so the counts hardly depend on timing:
 //! the coroutine, stack, mutex and corosensei rows are the same on every run; the runtime rows
@@ -54,6 +57,9 @@ use crate::harness::{Bench, Impl, Suite, Unit};
 /// Coroutines/tasks taking turns in `yield_many_instr`.
 pub const YIELD_TASKS: u64 = 8;
 
+/// Producers and capacity of `chan_mpsc_4x1_instr` (as the `sync` suite's `chan_mpsc_4x1`).
+pub use crate::sync::{MPSC_CAP, PRODUCERS};
+
 /// Stack size for `create_run_drop_instr`'s corosensei impl (as `core`'s `create_run_drop`).
 pub use crate::core::STACK_SIZE;
 
@@ -72,7 +78,7 @@ pub fn suite() -> Suite {
     Suite {
         name: "instr",
         about: "instructions per operation (callgrind): switch, create/run/drop, yield, \
-                ping-pong, mutex, channel",
+                ping-pong, mutex, channels",
         benches: vec![
             bench(
                 "switch_instr",
@@ -120,6 +126,14 @@ pub fn suite() -> Suite {
                 vec![
                     Impl::instr("spindle", spindle::chan_ping_pong),
                     Impl::instr("tokio-ct", peers::tokio_chan_ping_pong),
+                ],
+            ),
+            bench(
+                "chan_mpsc_4x1_instr",
+                "tokio-ct",
+                vec![
+                    Impl::instr("spindle", spindle::chan_mpsc_4x1),
+                    Impl::instr("tokio-ct", peers::tokio_chan_mpsc_4x1),
                 ],
             ),
         ],
