@@ -6,7 +6,7 @@
 //!   side-by-side benchmarks; `cargo xtask bench instr --update-baseline` rewrites the
 //!   instruction-count baseline that the `instr` CI leg checks; `cargo xtask bench wine-switch
 //!   [--rounds N]` times the `switch` row's Linux and x86_64 Windows builds (under Wine) in
-//!   turn.
+//!   turn, with corosensei's on both sides.
 //! * `cargo xtask matrix [--quick] [--list] [--only ENTRY,..]`: the facade's feature matrix.
 //! * `cargo xtask demo [--quick]`: the tour (`cargo run --release --example tour`).
 //! * `cargo xtask soak [--minutes N] [--backend B]`: the echo and chat examples under mixed load.

@@ -1,14 +1,17 @@
 //! `cargo xtask bench wine-switch [--rounds N] [--samples N]`: the `switch` row of the core
-//! suite for x86_64 Windows, timed under Wine beside the Linux build in one run.
+//! suite for x86_64 Windows, timed under Wine beside the Linux build in one run, with
+//! corosensei on both sides as the reference.
 //!
-//! Builds spindle-coro's `switch_time` example three times in release — for this host
-//! (the native System V backend), for `x86_64-pc-windows-gnu` (the native Windows backend) and
-//! for `x86_64-pc-windows-gnu` with feature `boost` (in `<target>/bench-boost`) — then runs
-//! them in turn, Linux / Wine native / Wine Boost, for `--rounds` rounds (9 by default), each
-//! run taking the median of `--samples` samples (5). It prints every run and then, per build,
-//! the median of its rounds, with the ratios the portability goal is stated in (Wine native
-//! against Linux native, and against Wine Boost). Alternating the builds spreads the host's
-//! drift over all three. The Wine prefix is the `test-windows-wine` leg's
+//! Builds, in release: spindle-coro's `switch_time` example for this host (the native System V
+//! backend), for `x86_64-pc-windows-gnu` (the native Windows backend) and for
+//! `x86_64-pc-windows-gnu` with feature `boost` (in `<target>/bench-boost`); and spindle-bench's
+//! `corosensei_switch_time` example (the same measurement with corosensei's coroutine) for this
+//! host and for `x86_64-pc-windows-gnu`. It runs the five in turn for `--rounds` rounds (9 by
+//! default), each run taking the median of `--samples` samples (5), prints every run and then,
+//! per build, the median of its rounds, with the ratios the portability goal is stated in (Wine
+//! native against Linux native, and against Wine Boost) and the same for corosensei, whose
+//! Windows backend also switches the TEB's stack fields. Alternating the builds spreads the
+//! host's drift over all five. The Wine prefix is the `test-windows-wine` leg's
 //! (`ci/wine/setup.sh`), with one Wine server kept up for the whole run.
 
 use std::path::{Path, PathBuf};
@@ -19,8 +22,20 @@ use crate::proc::{self, cargo};
 
 const TARGET: &str = "x86_64-pc-windows-gnu";
 
-/// The three builds, in the order they run in each round.
-const BUILDS: [&str; 3] = ["Linux, native", "Wine, native", "Wine, Boost"];
+/// One of the builds a round runs.
+struct Build {
+    name: &'static str,
+    backend: &'static str,
+    exe: PathBuf,
+    under_wine: bool,
+}
+
+/// Indices into the builds, in the order they run in each round.
+const LINUX: usize = 0;
+const WINE: usize = 1;
+const WINE_BOOST: usize = 2;
+const COROSENSEI_LINUX: usize = 3;
+const COROSENSEI_WINE: usize = 4;
 
 pub fn main(args: &[String]) -> Result<ExitCode, String> {
     let mut rounds = 9usize;
@@ -47,16 +62,50 @@ pub fn main(args: &[String]) -> Result<ExitCode, String> {
     crate::ci::ensure_target(TARGET)?;
     let target_dir = crate::bench::target_dir()?;
     let boost_dir = target_dir.join("bench-boost");
-    let linux = build_example(&[])?;
-    let native = build_example(&["--target", TARGET])?;
-    let boost = build_example(&[
-        "--target",
-        TARGET,
-        "--features",
-        "boost",
-        "--target-dir",
-        &boost_dir.to_string_lossy(),
-    ])?;
+    let spindle = ("spindle-coro", "switch_time");
+    let corosensei = ("spindle-bench", "corosensei_switch_time");
+    let builds = [
+        Build {
+            name: "Linux, native",
+            backend: "x86_64-sysv",
+            exe: build_example(spindle, &[])?,
+            under_wine: false,
+        },
+        Build {
+            name: "Wine, native",
+            backend: "x86_64-windows",
+            exe: build_example(spindle, &["--target", TARGET])?,
+            under_wine: true,
+        },
+        Build {
+            name: "Wine, Boost",
+            backend: "boost",
+            exe: build_example(
+                spindle,
+                &[
+                    "--target",
+                    TARGET,
+                    "--features",
+                    "boost",
+                    "--target-dir",
+                    &boost_dir.to_string_lossy(),
+                ],
+            )?,
+            under_wine: true,
+        },
+        Build {
+            name: "Linux, corosensei",
+            backend: "corosensei",
+            exe: build_example(corosensei, &[])?,
+            under_wine: false,
+        },
+        Build {
+            name: "Wine, corosensei",
+            backend: "corosensei",
+            exe: build_example(corosensei, &["--target", TARGET])?,
+            under_wine: true,
+        },
+    ];
 
     let wine_dir = target_dir.join("wine");
     let setup = proc::root().join("ci/wine/setup.sh");
@@ -73,24 +122,25 @@ pub fn main(args: &[String]) -> Result<ExitCode, String> {
             .status();
     };
     wineserver("-p");
-    let result = measure(&wine, &prefix, [&linux, &native, &boost], rounds, samples);
+    let result = measure(&wine, &prefix, &builds, rounds, samples);
     wineserver("-k");
     let medians = result?;
-    report(&medians, rounds, samples);
+    report(&builds, &medians, rounds, samples);
     Ok(ExitCode::SUCCESS)
 }
 
-/// Builds the `switch_time` example in release with extra cargo arguments; returns its path.
-fn build_example(extra: &[&str]) -> Result<PathBuf, String> {
+/// Builds example `name` of package `package` in release with extra cargo arguments; returns
+/// its path.
+fn build_example((package, name): (&str, &str), extra: &[&str]) -> Result<PathBuf, String> {
     let out = proc::run_stdout(
         cargo()
             .args([
                 "build",
                 "--release",
                 "-p",
-                "spindle-coro",
+                package,
                 "--example",
-                "switch_time",
+                name,
                 "--message-format=json-render-diagnostics",
             ])
             .args(extra),
@@ -99,59 +149,59 @@ fn build_example(extra: &[&str]) -> Result<PathBuf, String> {
     for line in out.lines().filter(|l| l.starts_with('{')) {
         let msg = json::parse(line)?;
         if msg.get("reason").and_then(Json::as_str) == Some("compiler-artifact")
-            && msg.pointer("/target/name").and_then(Json::as_str) == Some("switch_time")
+            && msg.pointer("/target/name").and_then(Json::as_str) == Some(name)
             && let Some(path) = msg.get("executable").and_then(Json::as_str)
         {
             exe = Some(PathBuf::from(path));
         }
     }
-    exe.ok_or_else(|| "cargo built no `switch_time` executable".to_string())
+    exe.ok_or_else(|| format!("cargo built no `{name}` executable"))
 }
 
-/// Runs the three builds `rounds` times in turn; returns each build's per-round medians.
+/// Runs the builds `rounds` times in turn; returns each build's per-round medians.
 fn measure(
     wine: &Path,
     prefix: &Path,
-    exes: [&Path; 3],
+    builds: &[Build],
     rounds: usize,
     samples: usize,
-) -> Result<[Vec<f64>; 3], String> {
-    let mut medians: [Vec<f64>; 3] = Default::default();
+) -> Result<Vec<Vec<f64>>, String> {
+    let mut medians: Vec<Vec<f64>> = builds.iter().map(|_| Vec::new()).collect();
     for round in 1..=rounds {
-        for (i, exe) in exes.iter().enumerate() {
-            let mut cmd = if i == 0 {
-                Command::new(exe)
-            } else {
+        for (build, medians) in builds.iter().zip(&mut medians) {
+            let mut cmd = if build.under_wine {
                 let mut c = Command::new(wine);
-                c.arg(exe)
+                c.arg(&build.exe)
                     .env("WINEPREFIX", prefix)
                     .env("WINEDEBUG", "-all");
                 c
+            } else {
+                Command::new(&build.exe)
             };
             cmd.arg(samples.to_string())
                 .stdin(Stdio::null())
                 .stderr(Stdio::inherit());
             let out = cmd
                 .output()
-                .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+                .map_err(|e| format!("cannot run {}: {e}", build.exe.display()))?;
             let stdout = String::from_utf8_lossy(&out.stdout);
             if !out.status.success() {
                 return Err(format!(
                     "{} ({}) failed ({}): {stdout}",
-                    exe.display(),
-                    BUILDS[i],
+                    build.exe.display(),
+                    build.name,
                     out.status
                 ));
             }
             let median = median_ns(&stdout).ok_or_else(|| {
-                format!("no `median_ns=` in the output of {}: {stdout}", BUILDS[i])
+                format!("no `median_ns=` in the output of {}: {stdout}", build.name)
             })?;
             println!(
-                "round {round}/{rounds}  {:<14} {}",
-                BUILDS[i],
+                "round {round}/{rounds}  {:<18} {}",
+                build.name,
                 stdout.trim()
             );
-            medians[i].push(median);
+            medians.push(median);
         }
     }
     Ok(medians)
@@ -176,8 +226,26 @@ fn median(v: &[f64]) -> f64 {
 }
 
 /// Prints the Markdown table of the run: per build, the median of its rounds and the ratios.
-fn report(medians: &[Vec<f64>; 3], rounds: usize, samples: usize) {
+fn report(builds: &[Build], medians: &[Vec<f64>], rounds: usize, samples: usize) {
     let m: Vec<f64> = medians.iter().map(|v| median(v)).collect();
+    let ratios = |i: usize| -> String {
+        match i {
+            LINUX => "1.00× Linux native".to_string(),
+            WINE => format!(
+                "{:.2}× Linux native, {:.2}× Wine Boost, {:.2}× Wine corosensei",
+                m[WINE] / m[LINUX],
+                m[WINE] / m[WINE_BOOST],
+                m[WINE] / m[COROSENSEI_WINE]
+            ),
+            WINE_BOOST => format!("{:.2}× Linux native", m[WINE_BOOST] / m[LINUX]),
+            COROSENSEI_LINUX => format!("{:.2}× Linux native", m[COROSENSEI_LINUX] / m[LINUX]),
+            _ => format!(
+                "{:.2}× Linux corosensei, {:.2}× Linux native",
+                m[COROSENSEI_WINE] / m[COROSENSEI_LINUX],
+                m[COROSENSEI_WINE] / m[LINUX]
+            ),
+        }
+    };
     println!();
     println!(
         "switch (ns, one direction): median of {rounds} rounds, each the median of {samples} \
@@ -186,23 +254,15 @@ fn report(medians: &[Vec<f64>; 3], rounds: usize, samples: usize) {
     println!();
     println!("| build | backend | median (ns) | ratio |");
     println!("|---|---|---|---|");
-    println!(
-        "| {} | x86_64-sysv | {:.2} | 1.00× Linux native |",
-        BUILDS[0], m[0]
-    );
-    println!(
-        "| {} | x86_64-windows | {:.2} | {:.2}× Linux native, {:.2}× Wine Boost |",
-        BUILDS[1],
-        m[1],
-        m[1] / m[0],
-        m[1] / m[2]
-    );
-    println!(
-        "| {} | boost | {:.2} | {:.2}× Linux native |",
-        BUILDS[2],
-        m[2],
-        m[2] / m[0]
-    );
+    for (i, build) in builds.iter().enumerate() {
+        println!(
+            "| {} | {} | {:.2} | {} |",
+            build.name,
+            build.backend,
+            m[i],
+            ratios(i)
+        );
+    }
 }
 
 #[cfg(test)]
