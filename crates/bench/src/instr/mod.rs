@@ -25,9 +25,9 @@
 //! - `chan_ping_pong_instr`: one round trip over two bounded channels of capacity 1 between two
 //!   coroutines/tasks (one worker / current thread: the `sync` suite's `chan_ping_pong` uses
 //!   two workers, whose counts would depend on how the threads interleave).
-//! - `chan_mpsc_4x1_instr`: one message of [`PRODUCERS`] producers sending into one bounded
-//!   channel of capacity [`MPSC_CAP`] that one consumer drains (one worker / current thread,
-//!   for the same reason; the `sync` suite's `chan_mpsc_4x1` runs on two workers).
+//! - `chan_mpsc_4x1_instr`: one message of the `sync` suite's `chan_mpsc_4x1` workload (four
+//!   producers sending into one bounded channel of capacity 1,024 that one consumer drains),
+//!   on one worker / the current thread for the same reason (that suite runs it on two).
 //!
 //! Everything runs on one thread at a time (one worker), so the counts hardly depend on timing:
 //! the coroutine, stack, mutex and corosensei rows are the same on every run; the runtime rows
@@ -56,9 +56,6 @@ use crate::harness::{Bench, Impl, Suite, Unit};
 
 /// Coroutines/tasks taking turns in `yield_many_instr`.
 pub const YIELD_TASKS: u64 = 8;
-
-/// Producers and capacity of `chan_mpsc_4x1_instr` (as the `sync` suite's `chan_mpsc_4x1`).
-pub use crate::sync::{MPSC_CAP, PRODUCERS};
 
 /// Stack size for `create_run_drop_instr`'s corosensei impl (as `core`'s `create_run_drop`).
 pub use crate::core::STACK_SIZE;

@@ -6,7 +6,7 @@ use std::hint::black_box;
 use corosensei::stack::DefaultStack;
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 
-use super::{MPSC_CAP, PRODUCERS, STACK_SIZE, YIELD_TASKS};
+use super::{STACK_SIZE, YIELD_TASKS};
 
 pub fn corosensei_switch(n: u64) -> Result<(), String> {
     let mut co: Coroutine<(), usize, ()> = Coroutine::new(|y: &Yielder<(), usize>, ()| {
@@ -123,36 +123,7 @@ pub fn tokio_chan_ping_pong(n: u64) -> Result<(), String> {
 }
 
 pub fn tokio_chan_mpsc_4x1(n: u64) -> Result<(), String> {
-    tokio_ct()?.block_on(async {
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<u64>(MPSC_CAP);
-        let per = n / PRODUCERS;
-        let producers: Vec<_> = (0..PRODUCERS)
-            .map(|p| {
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    for i in 0..per {
-                        if tx.send(p * per + i).await.is_err() {
-                            break;
-                        }
-                    }
-                })
-            })
-            .collect();
-        drop(tx);
-        let mut sum = 0u64;
-        while let Some(x) = rx.recv().await {
-            sum += x;
-        }
-        for p in producers {
-            p.await.map_err(join_err)?;
-        }
-        let sent = per * PRODUCERS;
-        if sum == sent * sent.saturating_sub(1) / 2 {
-            Ok(())
-        } else {
-            Err(format!(
-                "the channel lost or duplicated messages (sum {sum})"
-            ))
-        }
-    })
+    tokio_ct()?
+        .block_on(crate::sync::peers::tokio_mpsc_4x1_task(n))
+        .map(drop)
 }

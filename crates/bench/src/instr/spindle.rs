@@ -6,7 +6,7 @@ use spindle_coro::{Coroutine, CoroutineResult, Yielder};
 use spindle_rt::Runtime;
 use spindle_sync::{Mutex, mpsc, oneshot};
 
-use super::{MPSC_CAP, PRODUCERS, YIELD_TASKS};
+use super::YIELD_TASKS;
 
 fn runtime() -> Result<Runtime, String> {
     Runtime::builder()
@@ -121,34 +121,7 @@ pub fn chan_ping_pong(n: u64) -> Result<(), String> {
 }
 
 pub fn chan_mpsc_4x1(n: u64) -> Result<(), String> {
-    let rt = runtime()?;
-    rt.block_on(|| {
-        let (tx, rx) = mpsc::bounded::<u64>(MPSC_CAP);
-        let per = n / PRODUCERS;
-        let producers: Vec<_> = (0..PRODUCERS)
-            .map(|p| {
-                let tx = tx.clone();
-                spindle_rt::spawn(move || {
-                    for i in 0..per {
-                        if tx.send(p * per + i).is_err() {
-                            break;
-                        }
-                    }
-                })
-            })
-            .collect();
-        drop(tx);
-        let sum: u64 = rx.iter().sum();
-        for p in producers {
-            join(p)?;
-        }
-        let sent = per * PRODUCERS;
-        if sum == sent * sent.saturating_sub(1) / 2 {
-            Ok(())
-        } else {
-            Err(format!(
-                "the channel lost or duplicated messages (sum {sum})"
-            ))
-        }
-    })
+    runtime()?
+        .block_on(|| crate::sync::spindle::mpsc_4x1_in_runtime(n))
+        .map(drop)
 }

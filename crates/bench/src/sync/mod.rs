@@ -22,8 +22,8 @@
 //! ([`MPSC_CAP`]) wherever the impl has bounded channels (spindle, tokio, crossbeam, flume);
 //! may has only unbounded ones.
 
-mod peers;
-mod spindle;
+pub(crate) mod peers;
+pub(crate) mod spindle;
 
 use crate::harness::{Bench, Impl, Suite, Unit};
 

@@ -118,37 +118,38 @@ pub fn tokio_ping_pong(ctx: &Ctx) -> Result<f64, String> {
 pub fn tokio_mpsc_4x1(ctx: &Ctx) -> Result<f64, String> {
     let rt = tokio_rt()?;
     per_op(ctx, MESSAGES, || {
-        tokio_run(&rt, async {
-            let (tx, mut rx) = tokio::sync::mpsc::channel::<u64>(MPSC_CAP);
-            let per = MESSAGES / PRODUCERS;
-            let start = Instant::now();
-            let producers: Vec<_> = (0..PRODUCERS)
-                .map(|p| {
-                    let tx = tx.clone();
-                    tokio::spawn(async move {
-                        for i in 0..per {
-                            if tx.send(p * per + i).await.is_err() {
-                                break;
-                            }
-                        }
-                    })
-                })
-                .collect();
-            drop(tx);
-            let mut sum = 0;
-            while let Some(x) = rx.recv().await {
-                sum += x;
-            }
-            let t = start.elapsed();
-            for p in producers {
-                p.await.map_err(join_err)?;
-            }
-            if sum != MPSC_SUM {
-                return Err(format!("sum {sum}, expected {MPSC_SUM}"));
-            }
-            Ok(t)
-        })
+        tokio_run(&rt, tokio_mpsc_4x1_task(MESSAGES))
     })
+}
+
+/// tokio's side of [`super::spindle::mpsc_4x1_in_runtime`], in a task of a tokio runtime.
+pub async fn tokio_mpsc_4x1_task(messages: u64) -> RunResult {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<u64>(MPSC_CAP);
+    let per = messages / PRODUCERS;
+    let start = Instant::now();
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                for i in 0..per {
+                    if tx.send(p * per + i).await.is_err() {
+                        break;
+                    }
+                }
+            })
+        })
+        .collect();
+    drop(tx);
+    let mut sum = 0;
+    while let Some(x) = rx.recv().await {
+        sum += x;
+    }
+    let t = start.elapsed();
+    for p in producers {
+        p.await.map_err(join_err)?;
+    }
+    super::spindle::check_mpsc_sum(sum, per * PRODUCERS)?;
+    Ok(t)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 use spindle_rt::Runtime;
 use spindle_sync::{Mutex, mpsc};
 
-use super::{
-    CONTENDERS, INCREMENTS, MESSAGES, MPSC_CAP, MPSC_SUM, PING_PONG_CAP, PRODUCERS, ROUND_TRIPS,
-};
+use super::{CONTENDERS, INCREMENTS, MESSAGES, MPSC_CAP, PING_PONG_CAP, PRODUCERS, ROUND_TRIPS};
 use crate::harness::Ctx;
 use crate::sched::per_op;
 
@@ -100,32 +98,48 @@ pub fn chan_ping_pong(ctx: &Ctx) -> Result<f64, String> {
 pub fn chan_mpsc_4x1(ctx: &Ctx) -> Result<f64, String> {
     let rt = runtime()?;
     per_op(ctx, MESSAGES, || {
-        rt.block_on(|| -> RunResult {
-            let (tx, rx) = mpsc::bounded::<u64>(MPSC_CAP);
-            let per = MESSAGES / PRODUCERS;
-            let start = Instant::now();
-            let producers: Vec<_> = (0..PRODUCERS)
-                .map(|p| {
-                    let tx = tx.clone();
-                    spindle_rt::spawn(move || {
-                        for i in 0..per {
-                            if tx.send(p * per + i).is_err() {
-                                break;
-                            }
-                        }
-                    })
-                })
-                .collect();
-            drop(tx);
-            let sum: u64 = rx.iter().sum();
-            let t = start.elapsed();
-            for p in producers {
-                join(p)?;
-            }
-            if sum != MPSC_SUM {
-                return Err(format!("sum {sum}, expected {MPSC_SUM}"));
-            }
-            Ok(t)
-        })
+        rt.block_on(|| mpsc_4x1_in_runtime(MESSAGES))
     })
+}
+
+/// `chan_mpsc_4x1`'s workload, in a runtime's coroutine: [`PRODUCERS`] coroutines send
+/// `messages` (a multiple of [`PRODUCERS`]) into one bounded channel of capacity
+/// [`MPSC_CAP`], and the caller receives and sums them. Returns the time from the first spawn
+/// to the last message received (the `instr` suite runs it too, on one worker).
+pub fn mpsc_4x1_in_runtime(messages: u64) -> RunResult {
+    let (tx, rx) = mpsc::bounded::<u64>(MPSC_CAP);
+    let per = messages / PRODUCERS;
+    let start = Instant::now();
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            let tx = tx.clone();
+            spindle_rt::spawn(move || {
+                for i in 0..per {
+                    if tx.send(p * per + i).is_err() {
+                        break;
+                    }
+                }
+            })
+        })
+        .collect();
+    drop(tx);
+    let sum: u64 = rx.iter().sum();
+    let t = start.elapsed();
+    for p in producers {
+        join(p)?;
+    }
+    check_mpsc_sum(sum, per * PRODUCERS)?;
+    Ok(t)
+}
+
+/// Checks that the channel delivered `0..sent` exactly once each, by their sum.
+pub fn check_mpsc_sum(sum: u64, sent: u64) -> Result<(), String> {
+    let expected = sent * sent.saturating_sub(1) / 2;
+    if sum == expected {
+        Ok(())
+    } else {
+        Err(format!(
+            "sum {sum}, expected {expected}: the channel lost or duplicated messages"
+        ))
+    }
 }
