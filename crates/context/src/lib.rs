@@ -33,7 +33,10 @@
 //! | x86_64, System V (Linux, FreeBSD, macOS, …) | native `x86_64-sysv`: Rust inline asm, no build script | default |
 //! | x86_64 Windows (`-gnu`, `-msvc`) | native `x86_64-windows`: the same, with the TEB's stack fields switched and Windows unwind info | default |
 //! | aarch64, AAPCS64 (Linux, macOS as `aarch64-apple`, …; not Windows) | native `aarch64-aapcs` / `aarch64-apple` | default |
-//! | every other target (aarch64 Windows, 32-bit, RISC-V, …), and any target with feature `boost` | `boost`: the `context` crate (a port of Boost.Context, assembled by its build script) | automatic / feature `boost` |
+//! | every other target (32-bit, RISC-V, …), and any target with feature `boost` | `boost`: the `context` crate (a port of Boost.Context, assembled by its build script) | automatic / feature `boost` |
+//!
+//! aarch64 Windows has no backend: the `context` crate (3.0.0) ships no arm64 Windows assembly,
+//! so this crate does not build for `aarch64-pc-windows-msvc` (its build script fails).
 //!
 //! All implement the same API and pass the same test suite, with two documented differences:
 //! backtraces cross from a context into its resumer only on the native backends (on `boost`
