@@ -867,11 +867,20 @@ fn put_in_thread_cache(
     let _ = THREAD_CACHES.try_with(|caches| {
         let Some(stack) = payload.take() else { return };
         if caches.hot_pool_id.get() == stack.pool.id {
-            let previous = caches.hot.replace(Some(stack));
+            // SAFETY: `hot_pool_id` is this pool's id, never 0.
+            let counters = unsafe { caches.hot_counters() };
+            let previous = caches.hot.take();
+            if previous.is_none()
+                && counters.cached.load(Ordering::Relaxed) >= stack.pool.config.thread_cache as u64
+            {
+                // The slot is free but the entry's vector already holds the cap: the stack
+                // goes to the shared pool, as from a full cache.
+                payload = Some(stack);
+                return;
+            }
+            caches.hot.set(Some(stack));
             match previous {
                 None => {
-                    // SAFETY: `hot_pool_id` is this pool's id, never 0.
-                    let counters = unsafe { caches.hot_counters() };
                     bump_single_writer(&counters.returned);
                     bump_single_writer(&counters.cached);
                 }
@@ -913,8 +922,8 @@ fn put_in_entries(caches: &ThreadCaches, stack: CachedStack) -> Result<(), Cache
         let hot_taken = caches.hot_holds(cache.pool_id);
         if !hot_taken {
             let hot = caches.hot.take();
-            if hot.is_none() {
-                // The hot slot is free: it becomes this pool's.
+            if hot.is_none() && cache.stacks.len() < cache.capacity {
+                // The hot slot is free (and the cap leaves room): it becomes this pool's.
                 caches.hot_pool_id.set(cache.pool_id);
                 caches.hot_counters.set(Arc::as_ptr(&cache.counters));
                 caches.hot.set(Some(stack));

@@ -296,6 +296,40 @@ fn pools_taking_turns_with_the_hot_slot_keep_counts_and_caps() {
     );
 }
 
+/// A stack returned while the hot slot is free but its pool's cache already holds its cap
+/// goes to the shared pool: the slot does not add one more to the thread's cache.
+#[test]
+fn the_hot_slot_does_not_exceed_the_thread_cache_cap() {
+    let a = pool(PoolConfig {
+        stack_size: 16 * KIB,
+        thread_cache: 1,
+        max_pooled: 8,
+        ..PoolConfig::default()
+    });
+    let b = pool(PoolConfig {
+        stack_size: 32 * KIB,
+        thread_cache: 1,
+        max_pooled: 8,
+        ..PoolConfig::default()
+    });
+    // The slot holds one of `b`'s stacks, so `a`'s first return fills `a`'s cache of one.
+    drop(b.get().unwrap());
+    let (first, second) = (a.get().unwrap(), a.get().unwrap());
+    drop(first);
+    assert_eq!(a.thread_cached(), 1);
+    // The slot is free again; `a`'s cache is full, so the next return is not cached.
+    let from_b = b.get().unwrap();
+    drop(second);
+    let stats = a.stats();
+    assert_eq!(
+        (stats.thread_cached, stats.shared_pooled, a.thread_cached()),
+        (1, 1, 1),
+        "{stats:?}"
+    );
+    drop(from_b);
+    assert_eq!(b.thread_cached(), 1);
+}
+
 /// Touches every page of a stack, recycles it `trim_every` times and checks that the
 /// deep pages are given back while the top `keep_resident` bytes stay.
 #[cfg(unix)]
