@@ -10,9 +10,13 @@
 //! ```
 //!
 //! The thread cache is a `thread_local!` keyed by pool (several pools may exist). A
-//! thread's cached stacks move to the shared pool when the thread exits.
+//! thread's cached stacks move to the shared pool when the thread exits. In front of it sits
+//! one *hot slot* per thread: the stack returned last, for the pool that returned it last.
+//! Creating and dropping coroutines one after another moves one stack between the slot and
+//! its loan, which costs a thread-local flag check, a pool-id compare and a few stores (no
+//! `RefCell` borrow, no search through the per-pool entries).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
@@ -522,7 +526,7 @@ impl StackPool {
             .try_with(|caches| {
                 let entries = caches.entries.try_borrow().ok()?;
                 let cache = entries.iter().find(|e| e.pool_id == self.inner.id)?;
-                Some(cache.stacks.len())
+                Some(cache.stacks.len() + usize::from(caches.hot_holds(self.inner.id)))
             })
             .ok()
             .flatten()
@@ -557,14 +561,16 @@ impl StackPool {
                 .try_with(|caches| {
                     let mut entries = caches.entries.try_borrow_mut().ok()?;
                     let cache = entries.iter_mut().find(|e| e.pool_id == self.inner.id)?;
-                    if cache.stacks.len() <= keep_in_thread {
+                    let hot = usize::from(caches.hot_holds(self.inner.id));
+                    if cache.stacks.len() + hot <= keep_in_thread {
                         return None;
                     }
-                    let stack = cache.stacks.pop();
-                    cache
-                        .counters
-                        .cached
-                        .store(cache.stacks.len() as u64, Ordering::Relaxed);
+                    // The vector's stacks first; the hot slot's last.
+                    let stack = cache.stacks.pop().or_else(|| caches.hot.take());
+                    cache.counters.cached.store(
+                        (cache.stacks.len() + usize::from(caches.hot_holds(self.inner.id))) as u64,
+                        Ordering::Relaxed,
+                    );
                     stack
                 })
                 .ok()
@@ -596,7 +602,11 @@ impl StackPool {
                 let mut entries = caches.entries.try_borrow_mut().ok()?;
                 let entry = entries.iter_mut().find(|e| e.pool_id == self.inner.id)?;
                 entry.counters.cached.store(0, Ordering::Relaxed);
-                Some(std::mem::take(&mut entry.stacks))
+                let mut stacks = std::mem::take(&mut entry.stacks);
+                if caches.hot_holds(self.inner.id) {
+                    stacks.extend(caches.hot.take());
+                }
+                Some(stacks)
             })
             .ok()
             .flatten();
@@ -734,12 +744,63 @@ impl Drop for PoolInner {
 // The per-thread cache.
 
 thread_local! {
-    static THREAD_CACHES: ThreadCaches = const { ThreadCaches { entries: RefCell::new(Vec::new()) } };
+    static THREAD_CACHES: ThreadCaches = const {
+        ThreadCaches {
+            hot: Cell::new(None),
+            hot_pool_id: Cell::new(0),
+            hot_counters: Cell::new(std::ptr::null()),
+            entries: RefCell::new(Vec::new()),
+        }
+    };
 }
 
-/// This thread's caches, one per pool it used.
+/// This thread's caches, one per pool it used, and the hot slot in front of them.
+///
+/// Invariants of the hot slot:
+/// * `hot_pool_id` is 0 (no pool; pool ids start at 1) or the id of a pool that has an entry
+///   in `entries`, and then `hot_counters` points to that entry's `counters` (an `Arc`'s
+///   target: it does not move when `entries` reallocates, and lives as long as the entry).
+/// * `hot` holds a stack only of pool `hot_pool_id`; the entry's `counters.cached` counts it,
+///   and the entry's `stacks.len()` plus that one stack is at most the entry's `capacity`.
+/// * While the slot is a pool's, that pool's `stacks.len()` is below its `capacity`, full slot
+///   or not: the slot becomes a pool's only when its vector has room, and while it is the
+///   pool's the vector grows only when the slot is full, to `capacity - 1`. So a return into
+///   the pool's free slot stays within the cap without looking at the entry.
+/// * An entry is removed only when its pool is gone (then `hot` cannot hold one of its
+///   stacks: a cached stack keeps its pool alive) or when the thread exits; `hot_pool_id` is
+///   reset to 0 when its entry goes.
 struct ThreadCaches {
+    hot: Cell<Option<CachedStack>>,
+    hot_pool_id: Cell<u64>,
+    hot_counters: Cell<*const ThreadCounters>,
     entries: RefCell<Vec<CacheEntry>>,
+}
+
+impl ThreadCaches {
+    /// Whether the hot slot holds a stack of pool `pool_id`.
+    fn hot_holds(&self, pool_id: u64) -> bool {
+        if self.hot_pool_id.get() != pool_id {
+            return false;
+        }
+        let stack = self.hot.take();
+        let holds = stack.is_some();
+        self.hot.set(stack);
+        holds
+    }
+
+    /// The counters of pool `hot_pool_id`'s entry.
+    ///
+    /// # Safety
+    ///
+    /// `hot_pool_id` must not be 0 (then, by the invariants above, `hot_counters` points to a
+    /// live entry's counters).
+    unsafe fn hot_counters(&self) -> &ThreadCounters {
+        // SAFETY: by the caller's contract and the invariants of `ThreadCaches`, the pointer
+        // is the target of an `Arc<ThreadCounters>` held by an entry of `entries`, which
+        // outlives this borrow of `self` (entries are removed only by `new_cache_entry` and
+        // on thread exit, neither of which runs while this reference is used).
+        unsafe { &*self.hot_counters.get() }
+    }
 }
 
 struct CacheEntry {
@@ -765,18 +826,38 @@ struct CachedStack {
 fn take_from_thread_cache(pool_id: u64) -> Option<PooledStack> {
     THREAD_CACHES
         .try_with(|caches| {
-            let mut entries = caches.entries.try_borrow_mut().ok()?;
-            let cache = entries.iter_mut().find(|e| e.pool_id == pool_id)?;
-            let cached = cache.stacks.pop()?;
-            bump_single_writer(&cache.counters.from_thread_cache);
-            cache
-                .counters
-                .cached
-                .store(cache.stacks.len() as u64, Ordering::Relaxed);
-            Some(PooledStack::new(cached.entry, cached.pool))
+            if caches.hot_pool_id.get() == pool_id
+                && let Some(cached) = caches.hot.take()
+            {
+                // SAFETY: `hot_pool_id` is `pool_id`, and pool ids are never 0.
+                let counters = unsafe { caches.hot_counters() };
+                bump_single_writer(&counters.from_thread_cache);
+                counters.cached.store(
+                    counters.cached.load(Ordering::Relaxed).wrapping_sub(1),
+                    Ordering::Relaxed,
+                );
+                return Some(PooledStack::new(cached.entry, cached.pool));
+            }
+            take_from_entries(caches, pool_id)
         })
         .ok()
         .flatten()
+}
+
+/// The slow path of [`take_from_thread_cache`]: the pool's entry (the hot slot is empty or
+/// holds another pool's stack).
+#[cold]
+fn take_from_entries(caches: &ThreadCaches, pool_id: u64) -> Option<PooledStack> {
+    let mut entries = caches.entries.try_borrow_mut().ok()?;
+    let cache = entries.iter_mut().find(|e| e.pool_id == pool_id)?;
+    let cached = cache.stacks.pop()?;
+    bump_single_writer(&cache.counters.from_thread_cache);
+    // The hot slot holds none of this pool's stacks (they would have been taken first).
+    cache
+        .counters
+        .cached
+        .store(cache.stacks.len() as u64, Ordering::Relaxed);
+    Some(PooledStack::new(cached.entry, cached.pool))
 }
 
 /// Caches a returned stack on this thread; gives it back if the cache is full or
@@ -788,13 +869,44 @@ fn put_in_thread_cache(
 ) -> Result<(), (PoolEntry, Arc<PoolInner>)> {
     let mut payload = Some(CachedStack { entry, pool });
     let _ = THREAD_CACHES.try_with(|caches| {
+        let Some(stack) = payload.take() else { return };
+        if caches.hot_pool_id.get() == stack.pool.id {
+            let previous = caches.hot.replace(Some(stack));
+            match previous {
+                None => {
+                    // (Within the cap: see `ThreadCaches`.)
+                    // SAFETY: `hot_pool_id` is this pool's id, never 0.
+                    let counters = unsafe { caches.hot_counters() };
+                    bump_single_writer(&counters.returned);
+                    bump_single_writer(&counters.cached);
+                }
+                // The slot was taken: the one it held goes to the entry's vector instead.
+                Some(previous) => payload = put_in_entries(caches, previous).err(),
+            }
+            return;
+        }
+        payload = put_in_entries(caches, stack).err();
+    });
+    match payload {
+        None => Ok(()),
+        Some(stack) => Err((stack.entry, stack.pool)),
+    }
+}
+
+/// The slow path of [`put_in_thread_cache`]: caches `stack` in its pool's entry (making the
+/// entry if needed), or in the hot slot if that is free; gives it back if the entry is full
+/// or cannot be made.
+#[cold]
+fn put_in_entries(caches: &ThreadCaches, stack: CachedStack) -> Result<(), CachedStack> {
+    let mut payload = Some(stack);
+    (|| {
         let Ok(mut entries) = caches.entries.try_borrow_mut() else {
             return;
         };
         let Some(stack) = payload.take() else { return };
         let index = match entries.iter().position(|e| e.pool_id == stack.pool.id) {
             Some(index) => index,
-            None => match new_cache_entry(&mut entries, &stack.pool) {
+            None => match new_cache_entry(caches, &mut entries, &stack.pool) {
                 Some(index) => index,
                 None => {
                     payload = Some(stack);
@@ -803,27 +915,49 @@ fn put_in_thread_cache(
             },
         };
         let cache = &mut entries[index];
-        if cache.stacks.len() < cache.capacity {
+        let hot_taken = caches.hot_holds(cache.pool_id);
+        if !hot_taken {
+            let hot = caches.hot.take();
+            if hot.is_none() && cache.stacks.len() < cache.capacity {
+                // The hot slot is free (and the cap leaves room): it becomes this pool's.
+                caches.hot_pool_id.set(cache.pool_id);
+                caches.hot_counters.set(Arc::as_ptr(&cache.counters));
+                caches.hot.set(Some(stack));
+                bump_single_writer(&cache.counters.returned);
+                bump_single_writer(&cache.counters.cached);
+                return;
+            }
+            caches.hot.set(hot);
+        }
+        if cache.stacks.len() + usize::from(hot_taken) < cache.capacity {
             cache.stacks.push(stack);
             bump_single_writer(&cache.counters.returned);
-            cache
-                .counters
-                .cached
-                .store(cache.stacks.len() as u64, Ordering::Relaxed);
+            bump_single_writer(&cache.counters.cached);
         } else {
             payload = Some(stack);
         }
-    });
+    })();
     match payload {
         None => Ok(()),
-        Some(stack) => Err((stack.entry, stack.pool)),
+        Some(stack) => Err(stack),
     }
 }
 
 /// Makes this thread's cache for `pool` (cold: once per thread and pool). Also prunes the
 /// empty entries of pools that no longer exist.
-fn new_cache_entry(entries: &mut Vec<CacheEntry>, pool: &Arc<PoolInner>) -> Option<usize> {
+fn new_cache_entry(
+    caches: &ThreadCaches,
+    entries: &mut Vec<CacheEntry>,
+    pool: &Arc<PoolInner>,
+) -> Option<usize> {
     entries.retain(|e| !e.stacks.is_empty() || e.pool.strong_count() > 0);
+    let hot_pool_id = caches.hot_pool_id.get();
+    if !entries.iter().any(|e| e.pool_id == hot_pool_id) {
+        // The hot slot's entry is gone (its pool is, so the slot is empty): forget it before
+        // its counters' pointer dangles.
+        caches.hot_pool_id.set(0);
+        caches.hot_counters.set(std::ptr::null());
+    }
     let capacity = pool.config.thread_cache;
     let mut stacks = Vec::new();
     stacks.try_reserve_exact(capacity).ok()?;
@@ -845,7 +979,13 @@ fn new_cache_entry(entries: &mut Vec<CacheEntry>, pool: &Arc<PoolInner>) -> Opti
 impl Drop for ThreadCaches {
     /// Thread exit: every cached stack moves to its pool's shared pool.
     fn drop(&mut self) {
+        let hot = self.hot.take();
+        self.hot_pool_id.set(0);
+        self.hot_counters.set(std::ptr::null());
         let entries = std::mem::take(self.entries.get_mut());
+        if let Some(cached) = hot {
+            cached.pool.put_shared(cached.entry, false);
+        }
         for cache in entries {
             cache.counters.cached.store(0, Ordering::Relaxed);
             if let Some(pool) = cache.pool.upgrade() {

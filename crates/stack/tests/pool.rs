@@ -218,6 +218,118 @@ fn several_pools_keep_their_stacks_apart() {
     large.flush_thread_cache();
 }
 
+/// The stack returned last is kept in a per-thread slot in front of the per-pool caches:
+/// pools that take turns with it still get only their own stacks, the counts and caps stay
+/// exact, and a pool that is dropped while another pool's stack sits in the slot is freed.
+#[test]
+fn pools_taking_turns_with_the_hot_slot_keep_counts_and_caps() {
+    let a = pool(PoolConfig {
+        stack_size: 16 * KIB,
+        thread_cache: 2,
+        max_pooled: 8,
+        ..PoolConfig::default()
+    });
+    let b = pool(PoolConfig {
+        stack_size: 32 * KIB,
+        thread_cache: 1,
+        max_pooled: 8,
+        ..PoolConfig::default()
+    });
+    for _ in 0..ROUNDS.min(200) {
+        drop(a.get().unwrap());
+        let from_b = b.get().unwrap();
+        assert_eq!(from_b.usable_size(), 32 * KIB);
+        drop(from_b);
+        let from_a = a.get().unwrap();
+        assert_eq!(from_a.usable_size(), 16 * KIB);
+        drop(from_a);
+    }
+    assert_eq!((a.stats().mapped, b.stats().mapped), (1, 1));
+    assert_eq!((a.thread_cached(), b.thread_cached()), (1, 1));
+    // Three of `a` back: two fit its cache of two, the third goes to the shared pool.
+    let three: Vec<_> = (0..3).map(|_| a.get().unwrap()).collect();
+    drop(three);
+    let stats = a.stats();
+    assert_eq!(
+        (
+            stats.thread_cached,
+            stats.shared_pooled,
+            stats.outstanding()
+        ),
+        (2, 1, 0),
+        "{stats:?}"
+    );
+    assert_eq!(a.thread_cached(), 2);
+    // Two of `b` back: one fits its cache of one.
+    let two: Vec<_> = (0..2).map(|_| b.get().unwrap()).collect();
+    drop(two);
+    let stats = b.stats();
+    assert_eq!(
+        (
+            stats.thread_cached,
+            stats.shared_pooled,
+            stats.outstanding()
+        ),
+        (1, 1, 0),
+        "{stats:?}"
+    );
+    assert_eq!(a.shrink(0, 0), 3);
+    assert_eq!(a.thread_cached(), 0);
+    a.flush_thread_cache();
+    b.flush_thread_cache();
+    assert_eq!(b.thread_cached(), 0);
+    assert_eq!(b.stats().shared_pooled, 2);
+    // A thread that exits with a stack in its slot gives it to the shared pool.
+    let worker_pool = b.clone();
+    std::thread::spawn(move || drop(worker_pool.get().unwrap()))
+        .join()
+        .unwrap();
+    let stats = b.stats();
+    assert_eq!(
+        (
+            stats.thread_cached,
+            stats.shared_pooled,
+            stats.outstanding()
+        ),
+        (0, 2, 0),
+        "{stats:?}"
+    );
+}
+
+/// A stack returned while the hot slot is free but its pool's cache already holds its cap
+/// goes to the shared pool: the slot does not add one more to the thread's cache.
+#[test]
+fn the_hot_slot_does_not_exceed_the_thread_cache_cap() {
+    let a = pool(PoolConfig {
+        stack_size: 16 * KIB,
+        thread_cache: 1,
+        max_pooled: 8,
+        ..PoolConfig::default()
+    });
+    let b = pool(PoolConfig {
+        stack_size: 32 * KIB,
+        thread_cache: 1,
+        max_pooled: 8,
+        ..PoolConfig::default()
+    });
+    // The slot holds one of `b`'s stacks, so `a`'s first return fills `a`'s cache of one.
+    drop(b.get().unwrap());
+    let (first, second) = (a.get().unwrap(), a.get().unwrap());
+    drop(first);
+    assert_eq!(a.thread_cached(), 1);
+    // The slot is free again; `a`'s cache is full, so the next return is not cached.
+    let from_b = b.get().unwrap();
+    drop(second);
+    let stats = a.stats();
+    assert_eq!(
+        (stats.thread_cached, stats.shared_pooled, a.thread_cached()),
+        (1, 1, 1),
+        "{stats:?}"
+    );
+    drop(from_b);
+    assert_eq!(b.thread_cached(), 1);
+}
+
 /// Touches every page of a stack, recycles it `trim_every` times and checks that the
 /// deep pages are given back while the top `keep_resident` bytes stay.
 #[cfg(unix)]
