@@ -71,7 +71,9 @@ pub trait Driver: 'static {
         self.reactor().is_some()
     }
 
-    /// The completion interface, for completion-based drivers.
+    /// The completion interface, for completion-based drivers. The answer must not change
+    /// over the driver's life (`Some` or `None` throughout): [`with_driver`] asks once when it
+    /// installs the driver, and a driver that had none then is not asked again.
     fn proactor(&self) -> Option<&dyn Proactor> {
         None
     }
@@ -445,6 +447,9 @@ thread_local! {
     /// The driver of the worker running on this thread (null: none). Set by `with_driver` for
     /// the duration of its closure.
     static CURRENT: Cell<*const dyn Driver> = const { Cell::new(ptr::null::<NoDriver>() as *const dyn Driver) };
+    /// Whether [`CURRENT`] has a proactor: read by [`current_may_complete`] without the
+    /// in-task check and the virtual call that [`current_driver`] makes.
+    static CURRENT_PROACTOR: Cell<bool> = const { Cell::new(false) };
 }
 
 /// A type to make a null `*const dyn Driver` from (never instantiated).
@@ -478,13 +483,15 @@ impl Driver for NoDriver {
 /// this on its worker thread's own stack, around its scheduler loop (which switches into
 /// coroutines and always back).
 pub unsafe fn with_driver<R>(driver: &dyn Driver, f: impl FnOnce() -> R) -> R {
-    struct Restore(*const dyn Driver);
+    struct Restore(*const dyn Driver, bool);
     impl Drop for Restore {
         fn drop(&mut self) {
             let previous = self.0;
             let _ = CURRENT.try_with(|c| c.set(previous));
+            let _ = CURRENT_PROACTOR.try_with(|c| c.set(self.1));
         }
     }
+    let proactor = driver.proactor().is_some();
     let erased: *const dyn Driver = driver;
     // SAFETY: only the trait object's lifetime bound changes. The pointer is dereferenced only
     // while installed, i.e. while `f` runs, which `driver` outlives; `Restore` uninstalls it
@@ -492,8 +499,20 @@ pub unsafe fn with_driver<R>(driver: &dyn Driver, f: impl FnOnce() -> R) -> R {
     let erased: *const (dyn Driver + 'static) =
         unsafe { std::mem::transmute::<*const dyn Driver, *const (dyn Driver + 'static)>(erased) };
     let previous = CURRENT.with(|c| c.replace(erased));
-    let _restore = Restore(previous);
+    let previous_proactor = CURRENT_PROACTOR.with(|c| c.replace(proactor));
+    let _restore = Restore(previous, previous_proactor);
     f()
+}
+
+/// Whether this thread's current driver (if any) has a proactor: `false` means that
+/// [`current_driver`] would find no proactor, in a task or not. One thread-local load; it
+/// spares a readiness backend's reads and writes the in-task check and the driver's virtual
+/// `proactor` call before they take the readiness path.
+///
+/// Not inlined, as [`current_driver`]: a migratable coroutine reads it afresh on every call.
+#[inline(never)]
+pub(crate) fn current_may_complete() -> bool {
+    CURRENT_PROACTOR.try_with(Cell::get).unwrap_or(false)
 }
 
 /// The driver of the worker this code runs on, if it runs in a runtime's coroutine: for

@@ -492,8 +492,11 @@ impl Evented {
         kind: OpKind,
         submit: impl FnOnce(&dyn Proactor, RawSource) -> io::Result<R>,
     ) -> Option<io::Result<R>> {
-        // (`current` is `None` outside a task.) A readiness driver answers at the first
-        // question, before any pin: this runs on every read and write.
+        // A readiness driver answers here, with one thread-local load: this runs on every read
+        // and write. (`current` is `None` outside a task.)
+        if !crate::driver::current_may_complete() {
+            return None;
+        }
         crate::driver::current_driver(|d: &dyn Driver| {
             let p = d.proactor()?;
             if !p.supports(kind) {
@@ -512,7 +515,8 @@ impl Evented {
 
     /// Whether operations here would go through a proactor.
     pub(crate) fn has_proactor(&self) -> bool {
-        spindle_park::in_task()
+        crate::driver::current_may_complete()
+            && spindle_park::in_task()
             && crate::driver::current_driver(|d| d.proactor().is_some()).unwrap_or(false)
     }
 

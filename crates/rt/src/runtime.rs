@@ -485,6 +485,7 @@ impl RuntimeBuilder {
             stop: AtomicBool::new(false),
             stacks,
             sized_stacks: Mutex::new(HashMap::new()),
+            has_sized_stacks: AtomicBool::new(false),
             movable_timers: {
                 let origin = std::time::Instant::now();
                 (0..workers)
@@ -664,6 +665,9 @@ pub(crate) struct Shared {
     /// Pools of the stack sizes coroutines asked for other than `stacks`' (see
     /// [`Shared::pool_of_size`]), by size.
     pub(crate) sized_stacks: Mutex<HashMap<usize, StackPool>>,
+    /// Whether `sized_stacks` has a pool (set under its lock when the first is made, never
+    /// cleared): an idle worker's check for stacks to give back skips the lock without one.
+    pub(crate) has_sized_stacks: AtomicBool,
     /// Per worker: the timers of migratable coroutines that parked on it, which other threads
     /// may fire while the worker is stuck (see `handoff`).
     pub(crate) movable_timers: Vec<crate::handoff::MovableTimers>,
@@ -763,6 +767,7 @@ impl Shared {
             ..defaults
         })?;
         pools.insert(size, pool.clone());
+        self.has_sized_stacks.store(true, Ordering::Release);
         Ok(pool)
     }
 
@@ -785,7 +790,11 @@ impl Shared {
     pub(crate) fn holds_idle_stacks_beyond(&self, in_thread: usize, shared: usize) -> bool {
         let over =
             |pool: &StackPool| pool.thread_cached() > in_thread || pool.shared_pooled() > shared;
-        over(&self.stacks) || crate::task::lock(&self.sized_stacks).values().any(over)
+        // A pool made after the load is seen at the next idle check (its stacks were taken by
+        // a spawn that runs now, not idle ones).
+        over(&self.stacks)
+            || (self.has_sized_stacks.load(Ordering::Acquire)
+                && crate::task::lock(&self.sized_stacks).values().any(over))
     }
 
     /// The name of live task `id`, if it has one.
