@@ -580,14 +580,18 @@ fn oncecell_one_initialiser_others_wait() {
 #[test]
 fn oncecell_panicking_initialiser_lets_the_next_try() {
     let cell = Arc::new(OnceCell::<u32>::new());
+    // The waiter starts only once the panicking initialiser runs, so that it waits on it
+    // (however slowly the threads start, as under emulation) rather than initialising first.
+    let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
     let c2 = cell.clone();
     let waiter = std::thread::spawn(move || {
-        std::thread::sleep(ms(5));
+        started_rx.recv().unwrap();
         *c2.get_or_init(|| 2)
     });
     let c3 = cell.clone();
     let r = std::thread::spawn(move || {
         c3.get_or_init(|| {
+            started_tx.send(()).unwrap();
             std::thread::sleep(ms(20));
             panic!("init failed")
         });
