@@ -18,6 +18,20 @@ fn pool(config: PoolConfig) -> StackPool {
     StackPool::new(config).unwrap()
 }
 
+/// Two pools of different stack sizes (16 and 32 KiB) that keep `cache_a` and `cache_b`
+/// stacks per thread, for the tests of stacks from several pools on one thread.
+fn two_sized_pools(cache_a: usize, cache_b: usize) -> (StackPool, StackPool) {
+    let sized = |stack_size, thread_cache| {
+        pool(PoolConfig {
+            stack_size,
+            thread_cache,
+            max_pooled: 8,
+            ..PoolConfig::default()
+        })
+    };
+    (sized(16 * KIB, cache_a), sized(32 * KIB, cache_b))
+}
+
 fn small_config() -> PoolConfig {
     PoolConfig {
         stack_size: 64 * KIB,
@@ -223,18 +237,7 @@ fn several_pools_keep_their_stacks_apart() {
 /// exact, and a pool that is dropped while another pool's stack sits in the slot is freed.
 #[test]
 fn pools_taking_turns_with_the_hot_slot_keep_counts_and_caps() {
-    let a = pool(PoolConfig {
-        stack_size: 16 * KIB,
-        thread_cache: 2,
-        max_pooled: 8,
-        ..PoolConfig::default()
-    });
-    let b = pool(PoolConfig {
-        stack_size: 32 * KIB,
-        thread_cache: 1,
-        max_pooled: 8,
-        ..PoolConfig::default()
-    });
+    let (a, b) = two_sized_pools(2, 1);
     for _ in 0..ROUNDS.min(200) {
         drop(a.get().unwrap());
         let from_b = b.get().unwrap();
@@ -300,18 +303,7 @@ fn pools_taking_turns_with_the_hot_slot_keep_counts_and_caps() {
 /// goes to the shared pool: the slot does not add one more to the thread's cache.
 #[test]
 fn the_hot_slot_does_not_exceed_the_thread_cache_cap() {
-    let a = pool(PoolConfig {
-        stack_size: 16 * KIB,
-        thread_cache: 1,
-        max_pooled: 8,
-        ..PoolConfig::default()
-    });
-    let b = pool(PoolConfig {
-        stack_size: 32 * KIB,
-        thread_cache: 1,
-        max_pooled: 8,
-        ..PoolConfig::default()
-    });
+    let (a, b) = two_sized_pools(1, 1);
     // The slot holds one of `b`'s stacks, so `a`'s first return fills `a`'s cache of one.
     drop(b.get().unwrap());
     let (first, second) = (a.get().unwrap(), a.get().unwrap());
