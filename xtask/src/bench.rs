@@ -59,28 +59,34 @@ pub fn target_dir() -> Result<PathBuf, String> {
 
 /// Builds the bench binary in release with extra cargo arguments; returns its path.
 pub fn build(extra: &[&str]) -> Result<PathBuf, String> {
+    let mut args = vec!["-p", PACKAGE];
+    args.extend_from_slice(extra);
+    build_executable(&args, PACKAGE)
+}
+
+/// Runs `cargo build --release` with `args`; returns the path of the executable of target
+/// `name` that it built.
+pub fn build_executable(args: &[&str], name: &str) -> Result<PathBuf, String> {
     let out = proc::run_stdout(
         cargo()
             .args([
                 "build",
                 "--release",
-                "-p",
-                PACKAGE,
                 "--message-format=json-render-diagnostics",
             ])
-            .args(extra),
+            .args(args),
     )?;
     let mut exe = None;
     for line in out.lines().filter(|l| l.starts_with('{')) {
         let msg = json::parse(line)?;
         if msg.get("reason").and_then(Json::as_str) == Some("compiler-artifact")
-            && msg.pointer("/target/name").and_then(Json::as_str) == Some(PACKAGE)
+            && msg.pointer("/target/name").and_then(Json::as_str) == Some(name)
             && let Some(path) = msg.get("executable").and_then(Json::as_str)
         {
             exe = Some(PathBuf::from(path));
         }
     }
-    exe.ok_or_else(|| format!("cargo built no `{PACKAGE}` executable"))
+    exe.ok_or_else(|| format!("cargo built no `{name}` executable"))
 }
 
 /// Arguments for which the bench binary measures nothing and needs no boost copy, or runs a

@@ -17,8 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
-use crate::json::{self, Json};
-use crate::proc::{self, cargo};
+use crate::proc;
 
 const TARGET: &str = "x86_64-pc-windows-gnu";
 
@@ -132,30 +131,9 @@ pub fn main(args: &[String]) -> Result<ExitCode, String> {
 /// Builds example `name` of package `package` in release with extra cargo arguments; returns
 /// its path.
 fn build_example((package, name): (&str, &str), extra: &[&str]) -> Result<PathBuf, String> {
-    let out = proc::run_stdout(
-        cargo()
-            .args([
-                "build",
-                "--release",
-                "-p",
-                package,
-                "--example",
-                name,
-                "--message-format=json-render-diagnostics",
-            ])
-            .args(extra),
-    )?;
-    let mut exe = None;
-    for line in out.lines().filter(|l| l.starts_with('{')) {
-        let msg = json::parse(line)?;
-        if msg.get("reason").and_then(Json::as_str) == Some("compiler-artifact")
-            && msg.pointer("/target/name").and_then(Json::as_str) == Some(name)
-            && let Some(path) = msg.get("executable").and_then(Json::as_str)
-        {
-            exe = Some(PathBuf::from(path));
-        }
-    }
-    exe.ok_or_else(|| format!("cargo built no `{name}` executable"))
+    let mut args = vec!["-p", package, "--example", name];
+    args.extend_from_slice(extra);
+    crate::bench::build_executable(&args, name)
 }
 
 /// Runs the builds `rounds` times in turn; returns each build's per-round medians.
