@@ -61,12 +61,11 @@ const CROSS_TARGETS: [&str; 6] = [
     ARM64_MSVC,
 ];
 
-/// A target without a context switch: its only candidate is the `context` crate's, whose build
-/// script hands MSVC's `armasm64.exe` arm64 Windows assembly files that the crate (3.0.0) does
-/// not ship, so the target does not build (the README's platform table says so). Its `cross-`
-/// leg puts the stand-ins of `ci/msvc-arm64` (an `armasm64.exe` and a `lib.exe` that write an
-/// empty object and an empty library, reading nothing) first on `PATH`, so that the Rust code of
-/// every crate still type-checks for it. Clippy links nothing, so nothing reads what they write.
+/// A target that nothing here can run: its `cross-` leg also *assembles* the native switch
+/// (`src/aarch64_windows.rs` of spindle-context) by building the context crate's test suite in
+/// release with `true` as the linker — LLVM checks every instruction and unwind directive of the
+/// four switches and the trampolines; nothing is linked. The switch's instructions run in the
+/// `aarch64` leg (see [`test_aarch64`]).
 const ARM64_MSVC: &str = "aarch64-pc-windows-msvc";
 
 /// The crates whose test suites the `aarch64` leg runs under qemu-user (with the IO
@@ -289,7 +288,7 @@ pub fn legs() -> Vec<Leg> {
     legs.push(Leg::custom(
         "aarch64",
         "aarch64-linux tests (context, stack, coro, park, timer, sched, sync, rt, IO conformance \
-         on epoll) under qemu-user",
+         on epoll) under qemu-user; context and coro again on the aarch64 Windows switch",
         test_aarch64,
     ));
     legs.push(Leg::custom(
@@ -392,19 +391,18 @@ pub fn ensure_target(target: &str) -> Result<(), String> {
 
 fn cross(target: &str) -> Result<(), String> {
     ensure_target(target)?;
-    let cargo_for_target = || {
-        let mut c = cargo();
-        if target == ARM64_MSVC {
-            let stand_ins = proc::root().join("ci/msvc-arm64");
-            let path = std::env::var_os("PATH").unwrap_or_default();
-            let mut dirs = vec![stand_ins];
-            dirs.extend(std::env::split_paths(&path));
-            if let Ok(joined) = std::env::join_paths(dirs) {
-                c.env("PATH", joined);
-            }
+    if target == ARM64_MSVC {
+        for features in ["", "fp-env"] {
+            proc::run(
+                cargo()
+                    .args(["rustc", "--release", "--target", target])
+                    .args(["-p", "spindle-context", "--test", "context"])
+                    .args(["--features", features])
+                    .args(["--", "-C", "linker=true"]),
+            )?;
         }
-        c
-    };
+    }
+    let cargo_for_target = cargo;
     proc::run(
         cargo_for_target()
             .args(["clippy", "--target", target])
@@ -427,7 +425,9 @@ fn cross(target: &str) -> Result<(), String> {
 /// binfmt_misc, which the tests' child processes (re-executions of the test binary) need.
 /// Doctests are left out: they check the API's examples, which the `test` leg runs natively.
 /// Tests that need what qemu-user does not emulate (`RLIMIT_AS`, `mincore`, io_uring, `fork`
-/// in a threaded process) skip themselves with a line on stderr.
+/// in a threaded process) skip themselves with a line on stderr. Then the context and coroutine
+/// suites run once more on the aarch64 Windows switch, built for Linux to check it
+/// (`--cfg spindle_check_aarch64_windows`), with and without `fp-env`.
 fn test_aarch64() -> Result<(), String> {
     const TARGET: &str = "aarch64-unknown-linux-gnu";
     const SYSROOT: &str = "/usr/aarch64-linux-gnu";
@@ -469,7 +469,27 @@ fn test_aarch64() -> Result<(), String> {
         "conformance",
         "--",
         AARCH64_CONFORMANCE,
-    ]))
+    ]))?;
+    // The aarch64 Windows switch, built for Linux with a stand-in TEB in x18 (see
+    // spindle-context's src/aarch64_windows.rs), in a target directory of its own so that the
+    // cfg does not replace the build above.
+    let windows_switch_dir = target_dir()?.join("check-aarch64-windows");
+    for features in ["", "fp-env"] {
+        let tested: &[&str] = if features.is_empty() {
+            &["spindle-context", "spindle-coro"]
+        } else {
+            &["spindle-context"]
+        };
+        proc::run(
+            cross_cargo()
+                .env("RUSTFLAGS", "--cfg spindle_check_aarch64_windows")
+                .env("CARGO_TARGET_DIR", &windows_switch_dir)
+                .args(["test", "--tests", "--target", TARGET])
+                .args(["--features", features])
+                .args(packages(tested)),
+        )?;
+    }
+    Ok(())
 }
 
 /// The workspace's target directory (`cargo metadata`).

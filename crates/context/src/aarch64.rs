@@ -95,7 +95,7 @@
 use core::arch::{asm, naked_asm};
 use core::ptr::NonNull;
 
-use crate::{Context, Entry, Link, OnTop, Transfer};
+use crate::{Context, Entry, Link};
 
 #[cfg(target_vendor = "apple")]
 pub(crate) const NAME: &str = "aarch64-apple";
@@ -162,6 +162,22 @@ macro_rules! enter_x2 {
 macro_rules! tail {
     () => {
         concat!(save_leaver!(), enter_x2!())
+    };
+}
+
+/// A switch's asm block: the template and operands given, then the clobbers every switch
+/// declares (`clobber_abi("C")` leaves x18 out on macOS, where it is the platform register).
+macro_rules! switch_asm {
+    ($($operands:tt)*) => {
+        asm!(
+            $($operands)*
+            lateout("x20") _, lateout("x21") _, lateout("x22") _, lateout("x23") _,
+            lateout("x24") _, lateout("x25") _, lateout("x26") _, lateout("x27") _,
+            lateout("x28") _,
+            lateout("d8") _, lateout("d9") _, lateout("d10") _, lateout("d11") _,
+            lateout("d12") _, lateout("d13") _, lateout("d14") _, lateout("d15") _,
+            clobber_abi("C"),
+        )
     };
 }
 
@@ -268,133 +284,6 @@ unsafe extern "C" fn ontop_trampoline() {
     )
 }
 
-/// # Safety
-///
-/// See [`Context::jump`].
-#[inline(always)]
-pub(crate) unsafe fn jump(to: Context, data: usize) -> Transfer {
-    let (from, data_in): (usize, usize);
-    // SAFETY: `to` is a suspended context (caller's contract), so branching to its resume
-    // address with the documented registers resumes it; its tail saves our state below our sp.
-    // We come back here only through our resume address (label 2), whose tail restores x19,
-    // x29 and sp. All other registers are declared clobbered.
-    unsafe {
-        asm!(
-            "sub x1, sp, #32",   // our context, once the target's tail has saved us
-            "adr x30, 2f",       // our resume address, for the target's tail to save
-            "ldr x16, [x2, #16]", // the target's resume address
-            "br x16",            // and in; the return-address predictor is left alone
-            "2:",
-            tail!(),
-            in("x2") to.0.as_ptr(),
-            inlateout("x0") data => data_in,
-            lateout("x1") from,
-            lateout("x20") _, lateout("x21") _, lateout("x22") _, lateout("x23") _,
-            lateout("x24") _, lateout("x25") _, lateout("x26") _, lateout("x27") _,
-            lateout("x28") _,
-            lateout("d8") _, lateout("d9") _, lateout("d10") _, lateout("d11") _,
-            lateout("d12") _, lateout("d13") _, lateout("d14") _, lateout("d15") _,
-            clobber_abi("C"),
-        );
-    }
-    transfer(from, data_in)
-}
-
-/// # Safety
-///
-/// See [`Context::jump_ontop`].
-#[inline(always)]
-pub(crate) unsafe fn jump_ontop(to: Context, data: usize, f: OnTop) -> Transfer {
-    let (from, data_in): (usize, usize);
-    // SAFETY: as in `jump`; the trampoline saves our state, calls `f` on the target's stack
-    // below its saved context (which it does not touch) and then enters the target normally.
-    unsafe {
-        asm!(
-            "sub x1, sp, #32",
-            "adr x30, 2f",
-            "b {trampoline}",
-            "2:",
-            tail!(),
-            trampoline = sym ontop_trampoline,
-            in("x2") to.0.as_ptr(),
-            in("x3") f,
-            inlateout("x0") data => data_in,
-            lateout("x1") from,
-            lateout("x20") _, lateout("x21") _, lateout("x22") _, lateout("x23") _,
-            lateout("x24") _, lateout("x25") _, lateout("x26") _, lateout("x27") _,
-            lateout("x28") _,
-            lateout("d8") _, lateout("d9") _, lateout("d10") _, lateout("d11") _,
-            lateout("d12") _, lateout("d13") _, lateout("d14") _, lateout("d15") _,
-            clobber_abi("C"),
-        );
-    }
-    transfer(from, data_in)
-}
-
-/// # Safety
-///
-/// See [`Context::resume`].
-#[inline(always)]
-pub(crate) unsafe fn resume(to: Context, data: usize, link: Link) -> Transfer {
-    let (from, data_in): (usize, usize);
-    // SAFETY: as in `jump`. The link slot is writable (caller's contract). We publish our
-    // context (`sp - 32`, where the target's tail saves us) in it before entering the target.
-    unsafe {
-        asm!(
-            "sub x1, sp, #32",    // our context once the target's tail has saved us
-            "str x1, [x3]",       // the target's link: its resumer, for suspend and unwinders
-            "ldr x16, [x2, #16]", // the target's resume address
-            "blr x16",            // in; lr = our resume address, predicted by suspend's `ret`
-            tail!(),
-            in("x2") to.0.as_ptr(),
-            in("x3") link.as_ptr(),
-            inlateout("x0") data => data_in,
-            lateout("x1") from,
-            lateout("x20") _, lateout("x21") _, lateout("x22") _, lateout("x23") _,
-            lateout("x24") _, lateout("x25") _, lateout("x26") _, lateout("x27") _,
-            lateout("x28") _,
-            lateout("d8") _, lateout("d9") _, lateout("d10") _, lateout("d11") _,
-            lateout("d12") _, lateout("d13") _, lateout("d14") _, lateout("d15") _,
-            clobber_abi("C"),
-        );
-    }
-    transfer(from, data_in)
-}
-
-/// # Safety
-///
-/// See [`crate::suspend`].
-#[inline(always)]
-pub(crate) unsafe fn suspend(link: Link, data: usize) -> usize {
-    let data_in: usize;
-    // SAFETY: the link names our suspended resumer (caller's contract); `ret` enters it at the
-    // resume address its `blr` left, with x2 = its context as its tail expects.
-    unsafe {
-        asm!(
-            "ldr x2, [x3]",       // the resumer's context
-            "sub x1, sp, #32",    // ours, once the resumer's tail has saved us
-            "adr x30, 2f",        // our resume address, for that tail to save
-            "ldr x16, [x2, #16]", // the resumer's resume address: right after its `blr`
-            "ret x16",            // pops the predictor entry that `blr` pushed
-            "2:",
-            tail!(),
-            in("x3") link.as_ptr(),
-            inlateout("x0") data => data_in,
-            lateout("x20") _, lateout("x21") _, lateout("x22") _, lateout("x23") _,
-            lateout("x24") _, lateout("x25") _, lateout("x26") _, lateout("x27") _,
-            lateout("x28") _,
-            lateout("d8") _, lateout("d9") _, lateout("d10") _, lateout("d11") _,
-            lateout("d12") _, lateout("d13") _, lateout("d14") _, lateout("d15") _,
-            clobber_abi("C"),
-        );
-    }
-    data_in
-}
-
-#[inline(always)]
-fn transfer(from: usize, data: usize) -> Transfer {
-    // SAFETY: every switch that enters a context passes the sender's saved stack pointer, which
-    // is never null.
-    let context = Context(unsafe { NonNull::new_unchecked(from as *mut u8) });
-    Transfer { context, data }
-}
+#[path = "aarch64_switch.rs"]
+mod switch;
+pub(crate) use switch::{jump, jump_ontop, resume, suspend};

@@ -7,9 +7,9 @@
 //! (`Context::resume(data, link)` / `suspend(link, data)`).
 //!
 //! **Native backends.** Described here for `src/x86_64_sysv.rs` (x86_64 System V: Linux, FreeBSD,
-//! macOS); `src/aarch64.rs` (AAPCS64) and `src/x86_64_windows.rs` (Microsoft x64, which also
-//! switches the TEB's stack fields) follow the same design, and their module docs give their
-//! saved-context layouts:
+//! macOS); `src/aarch64.rs` (AAPCS64), `src/x86_64_windows.rs` (Microsoft x64, which also
+//! switches the TEB's stack fields) and `src/aarch64_windows.rs` (AAPCS64 with the TEB in x18)
+//! follow the same design, and their module docs give their saved-context layouts:
 //!
 //! * Every switch is `#[inline(always)]` Rust inline asm. It pushes only `rbx` and `rbp` (LLVM
 //!   reserves them, so asm cannot declare them clobbered) and a resume address, and declares all

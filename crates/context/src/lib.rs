@@ -32,11 +32,14 @@
 //! |---|---|---|
 //! | x86_64, System V (Linux, FreeBSD, macOS, …) | native `x86_64-sysv`: Rust inline asm, no build script | default |
 //! | x86_64 Windows (`-gnu`, `-msvc`) | native `x86_64-windows`: the same, with the TEB's stack fields switched and Windows unwind info | default |
-//! | aarch64, AAPCS64 (Linux, macOS as `aarch64-apple`, …; not Windows) | native `aarch64-aapcs` / `aarch64-apple` | default |
+//! | aarch64, AAPCS64 (Linux, macOS as `aarch64-apple`, …) | native `aarch64-aapcs` / `aarch64-apple` | default |
+//! | aarch64 Windows | native `aarch64-windows`: the AAPCS64 switch with the TEB's stack fields switched and Windows unwind codes | default |
 //! | every other target (32-bit, RISC-V, …), and any target with feature `boost` | `boost`: the `context` crate (a port of Boost.Context, assembled by its build script) | automatic / feature `boost` |
 //!
-//! aarch64 Windows has no backend: the `context` crate (3.0.0) ships no arm64 Windows assembly,
-//! so this crate does not build for `aarch64-pc-windows-msvc` (its build script fails).
+//! The aarch64 Windows backend is assembled for its target in CI and its switch runs there on
+//! aarch64 Linux with a stand-in TEB; it has not run on Windows (see its module docs). The
+//! `boost` feature does not build for aarch64 Windows: the `context` crate (3.0.0) ships no
+//! arm64 Windows assembly.
 //!
 //! All implement the same API and pass the same test suite, with two documented differences:
 //! backtraces cross from a context into its resumer only on the native backends (on `boost`
@@ -105,8 +108,21 @@ use core::ptr::NonNull;
 #[path = "x86_64_sysv.rs"]
 mod backend;
 
-#[cfg(all(target_arch = "aarch64", not(windows), not(feature = "boost")))]
+#[cfg(all(
+    target_arch = "aarch64",
+    not(windows),
+    not(spindle_check_aarch64_windows),
+    not(feature = "boost")
+))]
 #[path = "aarch64.rs"]
+mod backend;
+
+#[cfg(all(
+    target_arch = "aarch64",
+    any(windows, spindle_check_aarch64_windows),
+    not(feature = "boost")
+))]
+#[path = "aarch64_windows.rs"]
 mod backend;
 
 #[cfg(all(target_arch = "x86_64", windows, not(feature = "boost")))]
@@ -115,13 +131,13 @@ mod backend;
 
 #[cfg(not(any(
     all(target_arch = "x86_64", not(feature = "boost")),
-    all(target_arch = "aarch64", not(windows), not(feature = "boost")),
+    all(target_arch = "aarch64", not(feature = "boost")),
 )))]
 #[path = "boost.rs"]
 mod backend;
 
-/// The name of the backend compiled in: `"x86_64-sysv"`, `"x86_64-windows"`, `"aarch64-aapcs"`
-/// or `"aarch64-apple"` (native), or `"boost"`.
+/// The name of the backend compiled in: `"x86_64-sysv"`, `"x86_64-windows"`, `"aarch64-aapcs"`,
+/// `"aarch64-apple"` or `"aarch64-windows"` (native), or `"boost"`.
 pub const BACKEND: &str = backend::NAME;
 
 /// Whether each context has its own floating-point environment (MXCSR control bits and x87
@@ -332,6 +348,42 @@ impl Link {
 pub unsafe fn suspend(link: Link, data: usize) -> usize {
     // SAFETY: forwarded contract.
     unsafe { backend::suspend(link, data) }
+}
+
+/// The checking build of the aarch64 Windows backend (`--cfg spindle_check_aarch64_windows`
+/// on aarch64 Linux; see `src/aarch64_windows.rs`) runs the Windows switch with a stand-in
+/// for the TEB: one per thread, passed in `x18` by every switch.
+#[cfg(spindle_check_aarch64_windows)]
+extern crate std;
+
+#[cfg(all(
+    spindle_check_aarch64_windows,
+    not(all(target_arch = "aarch64", target_os = "linux"))
+))]
+compile_error!("`--cfg spindle_check_aarch64_windows` is for aarch64 Linux only");
+
+/// Words of the stand-in TEB: up to `DeallocationStack`, at 0x1478.
+#[cfg(spindle_check_aarch64_windows)]
+const STAND_IN_TEB_WORDS: usize = 0x1480 / 8;
+
+#[cfg(spindle_check_aarch64_windows)]
+std::thread_local! {
+    static STAND_IN_TEB: [core::cell::Cell<usize>; STAND_IN_TEB_WORDS] = {
+        let teb = [const { core::cell::Cell::new(0) }; STAND_IN_TEB_WORDS];
+        // Values no stack has, so that a test sees whether the thread's own come back.
+        teb[1].set(0x5eed_0000_b000); // NtTib.StackBase
+        teb[2].set(0x5eed_0000_1000); // NtTib.StackLimit
+        teb[0x1478 / 8].set(0x5eed_0000_0000); // DeallocationStack
+        teb
+    };
+}
+
+/// The current thread's stand-in TEB, in the checking build of the aarch64 Windows backend:
+/// what `x18` points to on Windows. The tests read the stack words through it.
+#[cfg(spindle_check_aarch64_windows)]
+#[doc(hidden)]
+pub fn stand_in_teb() -> *mut usize {
+    STAND_IN_TEB.with(|teb| teb.as_ptr() as *mut usize)
 }
 
 // How the crate is built, for whoever changes it (`cargo doc --document-private-items`).

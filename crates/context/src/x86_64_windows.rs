@@ -36,7 +36,8 @@
 //! | `NtTib.ExceptionList` | `gs:[0x00]` | unused by Windows on x64, but Wine's dispatcher walks it, comparing its entries' addresses with the faulting stack pointer |
 //!
 //! A fresh context gets `StackBase = top`, `StackLimit = DeallocationStack = top - size` and
-//! an empty `ExceptionList` (`!0`).
+//! an empty `ExceptionList` (`!0`). The on-top function of `jump_ontop` runs on the target's
+//! stack, so the TEB holds the target's words while it runs.
 //!
 //! # Entering a context
 //!
@@ -311,9 +312,9 @@ unsafe extern "C" fn entry_trampoline() {
     )
 }
 
-/// Runs the `OnTop` function of [`jump_ontop`] on the target's stack, then enters the target.
-/// Entered like a resume address (the sender's state is saved), with `rdx` = the target and
-/// `r8` = f.
+/// Runs the `OnTop` function of [`jump_ontop`] on the target's stack, with the target's stack
+/// words in the TEB, then enters the target. Entered like a resume address (the sender's state
+/// is saved), with `rdx` = the target and `r8` = f.
 #[unsafe(naked)]
 unsafe extern "C" fn ontop_trampoline() {
     naked_asm!(
@@ -324,6 +325,14 @@ unsafe extern "C" fn ontop_trampoline() {
         ".seh_stackalloc 64",
         ".seh_endprologue",
         "mov rbx, rdx",  // keep the target across the call (the sender saved its rbx)
+        // f runs on the target's stack, so the TEB describes that stack from here on.
+        "movups xmm0, [rdx + {fp_bytes}]",
+        "mov rax, [rdx + {fp_bytes} + 16]",
+        "mov r10, [rdx + {fp_bytes} + 24]",
+        "mov r11, gs:[0x30]",
+        "movups [r11], xmm0",
+        "mov [r11 + 0x10], rax",
+        "mov [r11 + 0x1478], r10",
         "mov rsp, rdx",  // run f on the target's stack, below its saved context,
         "and rsp, -16",  // aligned for the call,
         "sub rsp, 96",   // with home space, two Transfers and the machine frame
@@ -342,6 +351,7 @@ unsafe extern "C" fn ontop_trampoline() {
         "jmp rax",
         ".seh_endproc",
         me = sym ontop_trampoline,
+        fp_bytes = const FP_BYTES,
     )
 }
 

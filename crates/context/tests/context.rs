@@ -483,6 +483,11 @@ fn a_backtrace_from_inside_shows_the_context_then_the_resumer() {
         // cleanly (we got here without crashing).
         return;
     }
+    if cfg!(spindle_check_aarch64_windows) {
+        // The Windows backend built on Linux to check its switch: its unwind codes are
+        // Windows's, left out there, so the trace ends at the trampoline (cleanly, as above).
+        return;
+    }
     let resumer = position("the_resumer_function").unwrap_or_else(|| panic!("{trace}"));
     assert!(entry < resumer, "context frames come first:\n{trace}");
     let test_fn = position("a_backtrace_from_inside_shows_the_context_then_the_resumer")
@@ -514,6 +519,11 @@ fn the_backend_is_the_documented_one() {
         Some("x86_64-sysv")
     } else if cfg!(all(target_arch = "x86_64", windows)) {
         Some("x86_64-windows")
+    } else if cfg!(all(
+        target_arch = "aarch64",
+        any(windows, spindle_check_aarch64_windows)
+    )) {
+        Some("aarch64-windows")
     } else if cfg!(all(target_arch = "aarch64", target_vendor = "apple")) {
         Some("aarch64-apple")
     } else if cfg!(all(target_arch = "aarch64", not(windows))) {
@@ -532,47 +542,111 @@ fn the_backend_is_the_documented_one() {
     );
 }
 
-#[test]
-#[cfg(all(windows, target_arch = "x86_64"))]
-fn the_tebs_stack_bounds_follow_the_running_stack() {
-    /// The TEB's `NtTib.StackBase` and `NtTib.StackLimit`.
-    fn stack_bounds() -> (usize, usize) {
-        let (base, limit): (usize, usize);
-        // SAFETY: reads two words of the current thread's TEB, which gs addresses.
+/// The TEB's `NtTib.StackBase`, `NtTib.StackLimit` and `DeallocationStack` (`None` where there
+/// is no TEB).
+fn teb_stack_words() -> Option<[usize; 3]> {
+    #[cfg(all(windows, target_arch = "x86_64"))]
+    {
+        let words: [usize; 3];
+        // SAFETY: reads three words of the current thread's TEB, which gs addresses.
         unsafe {
+            let (base, limit, deallocation): (usize, usize, usize);
             std::arch::asm!(
                 "mov {base}, gs:[0x08]",
                 "mov {limit}, gs:[0x10]",
+                "mov {deallocation}, gs:[0x1478]",
                 base = out(reg) base,
                 limit = out(reg) limit,
+                deallocation = out(reg) deallocation,
                 options(nostack, readonly, preserves_flags),
             );
+            words = [base, limit, deallocation];
         }
-        (base, limit)
+        Some(words)
     }
-    extern "C" fn report_bounds(mut t: Transfer, _link: Link) -> ! {
+    #[cfg(all(windows, target_arch = "aarch64"))]
+    {
+        let words: [usize; 3];
+        // SAFETY: reads three words of the current thread's TEB, which x18 addresses.
+        unsafe {
+            let (base, limit, deallocation): (usize, usize, usize);
+            std::arch::asm!(
+                "ldr {base}, [x18, #0x08]",
+                "ldr {limit}, [x18, #0x10]",
+                "ldr {deallocation}, [x18, #0x1478]",
+                base = out(reg) base,
+                limit = out(reg) limit,
+                deallocation = out(reg) deallocation,
+                options(nostack, readonly, preserves_flags),
+            );
+            words = [base, limit, deallocation];
+        }
+        Some(words)
+    }
+    #[cfg(spindle_check_aarch64_windows)]
+    {
+        let teb = spindle_context::stand_in_teb();
+        // SAFETY: the stand-in TEB is this thread's, 0x1480 bytes long, and only switches on
+        // this thread write it.
+        Some(unsafe { [*teb.add(1), *teb.add(2), *teb.add(0x1478 / 8)] })
+    }
+    #[cfg(not(any(windows, spindle_check_aarch64_windows)))]
+    None
+}
+
+#[test]
+fn the_tebs_stack_words_follow_the_running_stack() {
+    /// Where the context (`[0]`) and the on-top function (`[1]`) report the words they see.
+    type Reports = [[usize; 3]; 2];
+    extern "C" fn report_words(mut t: Transfer, _link: Link) -> ! {
         loop {
-            let (base, limit) = stack_bounds();
-            // SAFETY: the test, suspended in `jump`; it reads the second word from `data`.
-            unsafe { *(t.data as *mut usize) = limit };
+            let words = teb_stack_words().unwrap_or_default();
+            // SAFETY: the test, suspended in `jump`; `data` points to its `Reports`.
+            unsafe { (*(t.data as *mut Reports))[0] = words };
             // SAFETY: as above.
-            t = unsafe { t.context.jump(base) };
+            t = unsafe { t.context.jump(0) };
         }
     }
-    if spindle_context::BACKEND != "x86_64-windows" {
+    extern "C" fn report_words_ontop(t: Transfer) -> Transfer {
+        let words = teb_stack_words().unwrap_or_default();
+        // SAFETY: `data` points to the test's `Reports` (see below).
+        unsafe { (*(t.data as *mut Reports))[1] = words };
+        t
+    }
+    let Some(outside) = teb_stack_words() else {
+        return; // no TEB on this target
+    };
+    if !matches!(
+        spindle_context::BACKEND,
+        "x86_64-windows" | "aarch64-windows"
+    ) {
         return; // `boost` sets them from its own view of the stack (below the reserved words)
     }
-    let outside = stack_bounds();
     let mut stack = TestStack::new(64 * 1024);
     let top = stack.top().as_ptr() as usize & !15;
     let size = stack.size();
-    let mut ctx = stack.context(report_bounds);
-    for _ in 0..3 {
-        let mut limit = 0usize;
-        // SAFETY: `ctx` is fresh or suspended in its loop; `limit` outlives the switch.
-        let t = unsafe { ctx.jump(&mut limit as *mut usize as usize) };
-        assert_eq!((t.data, limit), (top, top - size), "inside the context");
-        assert_eq!(stack_bounds(), outside, "back on the test's stack");
+    let inside = [top, top - size, top - size];
+    let mut ctx = stack.context(report_words);
+    for round in 0..3 {
+        let mut reports: Reports = [[0; 3]; 2];
+        let at = &mut reports as *mut Reports as usize;
+        // SAFETY: `ctx` is fresh or suspended in its loop; `reports` outlives the switch.
+        let t = unsafe { ctx.jump(at) };
+        assert_eq!(reports[0], inside, "inside the context, round {round}");
+        assert_eq!(teb_stack_words(), Some(outside), "back on the test's stack");
+        ctx = t.context;
+        // On top of the context, before it resumes: the function runs on the context's stack.
+        let mut reports: Reports = [[0; 3]; 2];
+        let at = &mut reports as *mut Reports as usize;
+        // SAFETY: `ctx` is suspended in its loop; the on-top function and then the context
+        // write `reports`, which outlives the switch.
+        let t = unsafe { ctx.jump_ontop(at, report_words_ontop) };
+        assert_eq!(
+            reports,
+            [inside, inside],
+            "on top of the context, round {round}"
+        );
+        assert_eq!(teb_stack_words(), Some(outside), "back again");
         ctx = t.context;
     }
 }

@@ -296,6 +296,9 @@ fn a_backtrace_inside_a_coroutine_reaches_the_resumer() {
     if spindle_context::BACKEND == "boost" {
         return; // documented: backtraces end at the coroutine's entry on that backend
     }
+    if spindle_context::BACKEND == "aarch64-windows" && !cfg!(windows) {
+        return; // the Windows backend built on Linux to check its switch: no Windows unwinder
+    }
     let resumer = position("resumer_side_function").unwrap_or_else(|| panic!("{trace}"));
     let test = position("a_backtrace_inside_a_coroutine_reaches_the_resumer")
         .unwrap_or_else(|| panic!("{trace}"));
