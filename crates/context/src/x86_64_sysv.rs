@@ -58,11 +58,14 @@
 //! ```text
 //!   top-8  | link: the resumer's context (initially END_OF_STACK)  |  <- STACK_RESERVED
 //!   top-16 | entry function                                       |  <-
-//!   top-24 | rbp = 0                  |  initial saved context
-//!   top-32 | rbx = 0                  |  (popped by the tail in the trampoline)
-//!  [top-40 | FP environment           |  fp-env only]
-//!   top-40 | &entry_trampoline        |  <- sp of the fresh context (top-48 with fp-env)
+//!   top-24 | (the entry's return address, pushed by the trampoline)
+//!  [top-32 | FP environment           |  fp-env only: initial saved context]
+//!   top-32 | &entry_trampoline        |  <- sp of the fresh context (top-40 with fp-env)
 //! ```
+//!
+//! A fresh context saves no `rbx` and `rbp` (nobody needs their values at the bottom of a
+//! stack): its own tail in the trampoline moves `rsp` to `top - 16` (restoring the FP environment
+//! on the way with `fp-env`) and zeroes `rbp`, which ends frame-pointer walks there.
 //!
 //! The trampoline enters the entry function — with the `Transfer` and the link slot's address — as
 //! if called with `rsp = top - 16`, so the entry's frame is properly aligned and its return address
@@ -180,6 +183,28 @@ macro_rules! resumer_tail {
     };
 }
 
+/// The tail of a fresh context, in the trampoline: onto its stack with `rsp = top - 16` (past
+/// its initial saved context, which is only the FP environment with `fp-env`), and `rbp` = 0,
+/// which ends frame-pointer walks at the bottom of the stack. Entered with `rdx` = the context,
+/// like every tail.
+#[cfg(not(feature = "fp-env"))]
+macro_rules! fresh_tail {
+    () => {
+        concat!("lea rsp, [rdx + 16]\n", "xor ebp, ebp\n")
+    };
+}
+#[cfg(feature = "fp-env")]
+macro_rules! fresh_tail {
+    () => {
+        concat!(
+            "lea rsp, [rdx + 8]\n", // the FP environment word
+            fp_restore!(),          // pops it
+            "add rsp, 8\n",         // past the entry's return address slot
+            "xor ebp, ebp\n",
+        )
+    };
+}
+
 /// Prepares the top of a fresh stack; see the module docs for the layout.
 ///
 /// # Safety
@@ -190,19 +215,18 @@ pub(crate) unsafe fn make(top: NonNull<u8>, _size: usize, entry: Entry) -> Conte
     let top = (top.as_ptr() as usize & !15) as *mut usize;
     let fresh_sp;
     // SAFETY: the caller guarantees the top of the stack is ours to write, and MIN_STACK_SIZE
-    // covers the at most 6 words written here.
+    // covers the at most 5 words used here.
     unsafe {
         top.sub(1).write(END_OF_STACK.as_ptr() as usize); // link: no resumer yet
         top.sub(2).write(entry as usize); // called by the trampoline
-        top.sub(3).write(0); // rbp: 0 ends frame-pointer walks at the bottom of the stack
-        top.sub(4).write(0); // rbx
+        // top - 24: the entry's return address, pushed by the trampoline.
         if SAVES_FP_ENV {
-            top.sub(5).write(current_fp_env());
-            top.sub(6).write(entry_trampoline as *const () as usize);
-            fresh_sp = top.sub(6);
-        } else {
+            top.sub(4).write(current_fp_env());
             top.sub(5).write(entry_trampoline as *const () as usize);
             fresh_sp = top.sub(5);
+        } else {
+            top.sub(4).write(entry_trampoline as *const () as usize);
+            fresh_sp = top.sub(4);
         }
     }
     // SAFETY: `top` is at least 16 (a stack lies below it), so `fresh_sp` is non-null.
@@ -236,7 +260,8 @@ fn current_fp_env() -> usize {
 }
 
 /// The first resume address of every fresh context. Entered like any context (see the module
-/// docs): pops the initial saved context, then calls the entry function with the `Transfer`.
+/// docs): moves onto the fresh stack past its initial saved context, then calls the entry
+/// function with the `Transfer`.
 #[unsafe(naked)]
 unsafe extern "C" fn entry_trampoline() {
     naked_asm!(
@@ -246,7 +271,7 @@ unsafe extern "C" fn entry_trampoline() {
         ".cfi_signal_frame",
         // Until the call below, this frame is half built: say it is the outermost one.
         ".cfi_undefined rip",
-        tail!(), // rsp = top - 16: [rsp] = entry, [rsp + 8] = link
+        fresh_tail!(), // rsp = top - 16: [rsp] = entry, [rsp + 8] = link
         "xchg rdi, rsi",      // entry(Transfer { context: from = rsi, data = rdi },
         "lea rdx, [rsp + 8]", //       link = the slot at top - 8)
         // From the call on, the caller of this frame is the context in the link slot:

@@ -298,6 +298,7 @@ where
     ///
     /// The pool could not provide a stack (out of memory, or the `vm.max_map_count` limit —
     /// the error says which and what to do).
+    #[inline]
     pub fn new<F>(f: F) -> Result<Self, StackError>
     where
         F: FnOnce(&Yielder<Input, Yield>, Input) -> Return + 'static,
@@ -621,24 +622,14 @@ fn resume_failed<Input>(e: &ResumeError<Input>) -> ! {
 }
 
 impl<Input, Yield, Return, S: Stack> Drop for Coroutine<Input, Yield, Return, S> {
+    // Inlined: a finished coroutine (the common case, which the caller often knows) only
+    // returns its stack; the rest is out of line in `finish_for_drop`.
+    #[inline]
     fn drop(&mut self) {
-        match self.state {
-            State::NotStarted if !self.has_started() => {
-                if let Some(initial) = self.initial.take() {
-                    // SAFETY: the closure never ran; it is dropped exactly once.
-                    unsafe { (initial.vtable.drop)(initial.closure) };
-                }
-            }
-            State::NotStarted | State::Suspended => {
-                // Its frames may hold references into thread-locals that the exiting thread
-                // has destroyed: they must not run again. Leak them with the stack.
-                if crate::thread_exit::thread_is_exiting() || !self.force_unwind() {
-                    // Its frames could not be unwound: leak the stack with them, exactly as
-                    // `mem::forget` would (freeing it could break pinned values on it).
-                    return;
-                }
-            }
-            State::Finished => {}
+        if self.state != State::Finished && !self.finish_for_drop() {
+            // Its frames could not be unwound: leak the stack with them, exactly as
+            // `mem::forget` would (freeing it could break pinned values on it).
+            return;
         }
         // SAFETY: the coroutine's frames are gone (never started, unwound, or finished), and
         // the stack is dropped exactly once (`force_unwind` unwinds out of here if it dropped
@@ -648,6 +639,23 @@ impl<Input, Yield, Return, S: Stack> Drop for Coroutine<Input, Yield, Return, S>
 }
 
 impl<Input, Yield, Return, S: Stack> Coroutine<Input, Yield, Return, S> {
+    /// The drop of a coroutine that has not finished: drops the closure of one that never
+    /// started, unwinds one that did. False if its frames must be leaked with its stack.
+    #[cold]
+    #[inline(never)]
+    fn finish_for_drop(&mut self) -> bool {
+        if !self.has_started() {
+            if let Some(initial) = self.initial.take() {
+                // SAFETY: the closure never ran; it is dropped exactly once.
+                unsafe { (initial.vtable.drop)(initial.closure) };
+            }
+            return true;
+        }
+        // Its frames may hold references into thread-locals that the exiting thread has
+        // destroyed: they must not run again. Leak them with the stack.
+        !crate::thread_exit::thread_is_exiting() && self.force_unwind()
+    }
+
     /// Unwinds a suspended coroutine's stack: resumes it with the UNWIND flag, so its pending
     /// `suspend` unwinds, until it has finished. Returns false if it could not even be switched
     /// to (a copying stack that cannot take it back): then its frames must be leaked.
@@ -837,6 +845,7 @@ impl Builder {
     /// # Errors
     ///
     /// The pool could not provide a stack; see [`StackError`].
+    #[inline]
     pub fn build<Input, Yield, Return, F>(
         self,
         f: F,
@@ -848,7 +857,7 @@ impl Builder {
         Return: 'static,
     {
         spindle_stack::prepare_thread()?;
-        let stack = StackPool::global().get()?;
+        let stack = StackPool::get_global()?;
         Ok(self.assemble(stack, f))
     }
 
@@ -906,6 +915,7 @@ impl Builder {
         self.assemble(region.slot(), f)
     }
 
+    #[inline]
     fn assemble<Input, Yield, Return, S, F>(
         self,
         stack: S,
@@ -919,6 +929,9 @@ impl Builder {
         S: Stack,
     {
         let top = stack.top().as_ptr() as usize;
+        // SAFETY: `Stack`'s contract: its top is 16-byte aligned (so the slot computed below
+        // needs no rounding of its own).
+        unsafe { std::hint::assert_unchecked(top.is_multiple_of(16)) };
         let in_place = mem::size_of::<F>() <= MAX_CLOSURE_ON_STACK
             && mem::align_of::<F>() <= MAX_CLOSURE_ON_STACK
             && !S::COPYING;
@@ -940,15 +953,26 @@ impl Builder {
             )
         };
         // A real check, not a debug one: a foreign `Stack` may be that small, and everything
-        // below writes under `top` on the strength of it.
+        // below writes under `top` on the strength of it. Left out at compile time for a
+        // stack type whose `MIN_USABLE_SIZE` covers the slot (less than `size + align` bytes
+        // under `top`, or 16 for a box pointer, or none on a copying stack) and the frame.
         let limit = stack.limit().as_ptr() as usize;
-        let room = if slot <= top {
-            slot.checked_sub(limit)
+        let slot_room = if S::COPYING {
+            0
+        } else if in_place {
+            mem::size_of::<F>() + mem::align_of::<F>().max(16)
         } else {
-            None
+            16
         };
-        if room.is_none_or(|room| room < MIN_FRAME_ROOM) {
-            stack_too_small(top.checked_sub(limit));
+        if slot_room + MIN_FRAME_ROOM > S::MIN_USABLE_SIZE {
+            let room = if slot <= top {
+                slot.checked_sub(limit)
+            } else {
+                None
+            };
+            if room.is_none_or(|room| room < MIN_FRAME_ROOM) {
+                stack_too_small(top.checked_sub(limit));
+            }
         }
         let id = id::next();
         stack.set_owner(Owner {

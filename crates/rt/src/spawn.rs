@@ -311,8 +311,18 @@ pub(crate) enum TaskStack {
     Growable(GrowableStack),
 }
 
-// SAFETY: delegates to the inner stacks, which uphold the contract.
+// SAFETY: delegates to the inner stacks, which uphold the contract; the bound on the usable
+// size is the smaller of theirs.
 unsafe impl spindle_stack::Stack for TaskStack {
+    #[cfg(not(feature = "stack-growable"))]
+    const MIN_USABLE_SIZE: usize = <PooledStack as spindle_stack::Stack>::MIN_USABLE_SIZE;
+    #[cfg(feature = "stack-growable")]
+    const MIN_USABLE_SIZE: usize = {
+        let pooled = <PooledStack as spindle_stack::Stack>::MIN_USABLE_SIZE;
+        let growable = <GrowableStack as spindle_stack::Stack>::MIN_USABLE_SIZE;
+        if pooled < growable { pooled } else { growable }
+    };
+
     fn top(&self) -> std::ptr::NonNull<u8> {
         match self {
             TaskStack::Pooled(s) => s.top(),

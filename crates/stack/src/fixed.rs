@@ -95,6 +95,10 @@ impl FixedStack {
 // `limit` lies a no-access guard of at least a page, unless the stack was made by
 // `with_guard_unchecked(_, 0)`, whose caller promised that nothing overflows it.
 unsafe impl Stack for FixedStack {
+    /// Every constructor rounds the size up to whole pages and refuses 0, and a page is at
+    /// least 4 KiB on every supported target.
+    const MIN_USABLE_SIZE: usize = 4096;
+
     fn top(&self) -> NonNull<u8> {
         self.mapping.top()
     }

@@ -165,6 +165,10 @@ pub(crate) fn validate_growable_sizes(
 // whose caller promised that nothing overflows it.
 #[cfg(feature = "growable")]
 unsafe impl Stack for GrowableStack {
+    /// The maximum size is rounded up to whole pages and never 0 (`validate_growable_sizes`),
+    /// and a page is at least 4 KiB on every supported target.
+    const MIN_USABLE_SIZE: usize = 4096;
+
     fn top(&self) -> NonNull<u8> {
         self.mapping.top()
     }

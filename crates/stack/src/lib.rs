@@ -188,6 +188,12 @@ pub unsafe trait Stack {
     /// ([`SharedSlot`]). The coroutine crate calls the hooks below only when this is true.
     const COPYING: bool = false;
 
+    /// A lower bound of [`usable_size`](Stack::usable_size) that holds for every stack of
+    /// the type (0: none known), part of the trait's safety contract. The coroutine crate
+    /// checks at run time that a stack has room for a coroutine's first frame; a type whose
+    /// bound covers that frame saves it the check.
+    const MIN_USABLE_SIZE: usize = 0;
+
     /// Copying stacks only: makes this coroutine the region's occupant before switching
     /// into it.
     ///

@@ -13,8 +13,11 @@
 //! thread's cached stacks move to the shared pool when the thread exits. In front of it sits
 //! one *hot slot* per thread: the stack returned last, for the pool that returned it last.
 //! Creating and dropping coroutines one after another moves one stack between the slot and
-//! its loan, which costs a thread-local flag check, a pool-id compare and a few stores (no
-//! `RefCell` borrow, no search through the per-pool entries).
+//! its loan, which costs a pool-id compare, a few loads and stores and one counter (no
+//! `RefCell` borrow, no search through the per-pool entries, and no thread-local
+//! registration check: the slot is a thread-local of its own, without a destructor). Both
+//! moves are inlined into their callers; everything else (a full or foreign slot, a stack due
+//! for a trim, a growable pool's shrink) takes the out-of-line paths.
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
@@ -345,11 +348,36 @@ struct SharedCounters {
 
 /// One thread's counters for one pool. Single writer (the thread), so it updates them with
 /// a plain load and store instead of a read-modify-write.
+///
+/// The stacks the thread's cache holds are not counted apart: every stack that enters the
+/// cache is a `returned` one, and it leaves either by a `get` (`from_thread_cache`) or by
+/// being moved out otherwise (`evicted`: shrinks, flushes, thread exit), so a recycle and a
+/// `get` through the cache each bump one counter, not two (see [`cached`](Self::cached)).
 #[derive(Default)]
 struct ThreadCounters {
     from_thread_cache: AtomicU64,
     returned: AtomicU64,
-    cached: AtomicU64,
+    evicted: AtomicU64,
+}
+
+impl ThreadCounters {
+    /// The stacks the thread's cache holds now. Exact on the thread itself; from another
+    /// thread the three loads may see the counters at different moments, off by the
+    /// operations in flight like the rest of [`PoolStats`] (and never below 0).
+    fn cached(&self) -> u64 {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        load(&self.returned)
+            .saturating_sub(load(&self.from_thread_cache))
+            .saturating_sub(load(&self.evicted))
+    }
+
+    /// Records `n` stacks moved out of the thread's cache other than by a `get`.
+    fn evict(&self, n: u64) {
+        self.evicted.store(
+            self.evicted.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
+    }
 }
 
 fn bump(counter: &AtomicU64) {
@@ -370,7 +398,12 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
+/// The id of the global pool ([`StackPool::global`]), fixed so that
+/// [`StackPool::get_global`] can look for its stacks without the pool at hand.
+const GLOBAL_POOL_ID: u64 = 1;
+
+/// The id of the next pool made (ids are never 0 and never reused).
+static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(GLOBAL_POOL_ID + 1);
 
 impl StackPool {
     /// A pool with the given configuration. Maps nothing until the first `get()`.
@@ -402,6 +435,10 @@ impl StackPool {
     }
 
     fn from_normalized(config: PoolConfig) -> Self {
+        Self::with_id(config, NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed))
+    }
+
+    fn with_id(config: PoolConfig, id: u64) -> Self {
         let (kind, initial_commit) = match config.kind {
             PoolKind::Fixed => (StackKind::PooledFixed, config.stack_size),
             PoolKind::Growable { initial } => (
@@ -411,7 +448,7 @@ impl StackPool {
         };
         StackPool {
             inner: Arc::new(PoolInner {
-                id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
+                id,
                 config,
                 kind,
                 initial_commit,
@@ -440,8 +477,32 @@ impl StackPool {
             // The default is already page-rounded and valid, so normalizing cannot fail;
             // falling back to it unchanged is therefore equivalent.
             let normalized = config.normalized(false).unwrap_or(config);
-            StackPool::from_normalized(normalized)
+            StackPool::with_id(normalized, GLOBAL_POOL_ID)
         })
+    }
+
+    /// `StackPool::global().get()`: a stack from the global pool. When this thread's hot slot
+    /// holds one of its stacks (a coroutine made right after another one finished), it is
+    /// handed out without looking the pool up.
+    ///
+    /// ```
+    /// use spindle_stack::{Stack, StackPool};
+    ///
+    /// let stack = StackPool::get_global()?;
+    /// assert_eq!(stack.usable_size(), StackPool::global().config().stack_size);
+    /// # Ok::<(), spindle_stack::StackError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As for [`get`](StackPool::get).
+    #[inline]
+    pub fn get_global() -> Result<PooledStack, StackError> {
+        // A stack of the global pool in the slot means the pool exists.
+        if let Some(stack) = take_hot(GLOBAL_POOL_ID) {
+            return Ok(stack);
+        }
+        Self::global().get_cold()
     }
 
     /// A stack from this thread's cache, else from the shared pool, else freshly mapped.
@@ -454,8 +515,21 @@ impl StackPool {
     /// [`FixedStack::new`]: crate::FixedStack::new
     #[inline]
     pub fn get(&self) -> Result<PooledStack, StackError> {
+        // The hot slot first: it holds a stack of this pool only if the pool has a thread
+        // cache (see `HotSlot`).
+        if let Some(stack) = take_hot(self.inner.id) {
+            return Ok(stack);
+        }
+        self.get_cold()
+    }
+
+    /// `get` when the hot slot has no stack of this pool: the thread's entry, else the
+    /// shared pool or a new mapping.
+    #[cold]
+    #[inline(never)]
+    fn get_cold(&self) -> Result<PooledStack, StackError> {
         if self.inner.config.thread_cache > 0
-            && let Some(stack) = take_from_thread_cache(self.inner.id)
+            && let Some(stack) = take_from_entries(self.inner.id)
         {
             return Ok(stack);
         }
@@ -510,7 +584,7 @@ impl StackPool {
         for thread in lock(&inner.threads).iter() {
             stats.from_thread_cache += load(&thread.from_thread_cache);
             stats.returned += load(&thread.returned);
-            stats.thread_cached += load(&thread.cached);
+            stats.thread_cached += thread.cached();
         }
         stats
     }
@@ -522,11 +596,14 @@ impl StackPool {
 
     /// How many stacks of this pool the calling thread's cache holds.
     pub fn thread_cached(&self) -> usize {
+        let hot = HOT
+            .try_with(|hot| hot.holds(self.inner.id))
+            .unwrap_or(false);
         THREAD_CACHES
             .try_with(|caches| {
                 let entries = caches.entries.try_borrow().ok()?;
                 let cache = entries.iter().find(|e| e.pool_id == self.inner.id)?;
-                Some(cache.stacks.len() + usize::from(caches.hot_holds(self.inner.id)))
+                Some(cache.stacks.len() + usize::from(hot))
             })
             .ok()
             .flatten()
@@ -557,23 +634,23 @@ impl StackPool {
         // One at a time, each unmapped outside the cache's borrow (dropping a cached stack may
         // drop the last reference to a pool).
         loop {
-            let excess = THREAD_CACHES
-                .try_with(|caches| {
-                    let mut entries = caches.entries.try_borrow_mut().ok()?;
-                    let cache = entries.iter_mut().find(|e| e.pool_id == self.inner.id)?;
-                    let hot = usize::from(caches.hot_holds(self.inner.id));
-                    if cache.stacks.len() + hot <= keep_in_thread {
-                        return None;
-                    }
-                    // The vector's stacks first; the hot slot's last.
-                    let stack = cache.stacks.pop().or_else(|| caches.hot.take());
-                    cache.counters.cached.store(
-                        (cache.stacks.len() + usize::from(caches.hot_holds(self.inner.id))) as u64,
-                        Ordering::Relaxed,
-                    );
-                    stack
+            let excess = HOT
+                .try_with(|hot| {
+                    THREAD_CACHES.try_with(|caches| {
+                        let mut entries = caches.entries.try_borrow_mut().ok()?;
+                        let cache = entries.iter_mut().find(|e| e.pool_id == self.inner.id)?;
+                        let in_hot = usize::from(hot.holds(self.inner.id));
+                        if cache.stacks.len() + in_hot <= keep_in_thread {
+                            return None;
+                        }
+                        // The vector's stacks first; the hot slot's last.
+                        let stack = cache.stacks.pop().or_else(|| hot.stack.take());
+                        cache.counters.evict(1);
+                        stack
+                    })
                 })
                 .ok()
+                .and_then(Result::ok)
                 .flatten();
             let Some(cached) = excess else { break };
             cached.pool.unmap(cached.entry);
@@ -597,18 +674,21 @@ impl StackPool {
     /// Moves the calling thread's cached stacks of this pool to the shared pool (trimming
     /// them), as happens when the thread exits. Useful before a thread idles for long.
     pub fn flush_thread_cache(&self) {
-        let taken = THREAD_CACHES
-            .try_with(|caches| {
-                let mut entries = caches.entries.try_borrow_mut().ok()?;
-                let entry = entries.iter_mut().find(|e| e.pool_id == self.inner.id)?;
-                entry.counters.cached.store(0, Ordering::Relaxed);
-                let mut stacks = std::mem::take(&mut entry.stacks);
-                if caches.hot_holds(self.inner.id) {
-                    stacks.extend(caches.hot.take());
-                }
-                Some(stacks)
+        let taken = HOT
+            .try_with(|hot| {
+                THREAD_CACHES.try_with(|caches| {
+                    let mut entries = caches.entries.try_borrow_mut().ok()?;
+                    let entry = entries.iter_mut().find(|e| e.pool_id == self.inner.id)?;
+                    let mut stacks = std::mem::take(&mut entry.stacks);
+                    if hot.holds(self.inner.id) {
+                        stacks.extend(hot.stack.take());
+                    }
+                    entry.counters.evict(stacks.len() as u64);
+                    Some(stacks)
+                })
             })
             .ok()
+            .and_then(Result::ok)
             .flatten();
         // Moved out of the borrow first: putting them back may drop the last `Arc` of a pool.
         for cached in taken.into_iter().flatten() {
@@ -619,7 +699,10 @@ impl StackPool {
 
 impl PoolInner {
     /// A stack came back: forget its owner, shrink or trim it, and cache, pool or unmap it.
-    #[inline]
+    /// (The common case, a stack that goes into the hot slot, is `recycle_hot`, inlined into
+    /// the drop; this is the rest.)
+    #[cold]
+    #[inline(never)]
     fn recycle(self: Arc<Self>, mut entry: PoolEntry) {
         entry.mapping.slot().clear_owner();
         if let PoolKind::Growable { .. } = self.config.kind {
@@ -746,60 +829,79 @@ impl Drop for PoolInner {
 thread_local! {
     static THREAD_CACHES: ThreadCaches = const {
         ThreadCaches {
-            hot: Cell::new(None),
-            hot_pool_id: Cell::new(0),
-            hot_counters: Cell::new(std::ptr::null()),
             entries: RefCell::new(Vec::new()),
         }
     };
+
+    /// The hot slot, in front of [`THREAD_CACHES`]. In a `ManuallyDrop`, so that the
+    /// thread-local has no destructor: reaching it is a plain thread-local access, without the
+    /// check that registers a destructor on first use. `ThreadCaches`' destructor, which runs
+    /// on every thread that ever made the slot a pool's, empties it at thread exit.
+    static HOT: ManuallyDrop<HotSlot> = const {
+        ManuallyDrop::new(HotSlot {
+            stack: Cell::new(None),
+            pool_id: Cell::new(0),
+            counters: Cell::new(std::ptr::null()),
+        })
+    };
 }
 
-/// This thread's caches, one per pool it used, and the hot slot in front of them.
+/// This thread's caches, one per pool it used (the hot slot in front of them is [`HOT`]).
+struct ThreadCaches {
+    entries: RefCell<Vec<CacheEntry>>,
+}
+
+/// One stack of one pool, cached on this thread in front of the pool's entry.
 ///
-/// Invariants of the hot slot:
-/// * `hot_pool_id` is 0 (no pool; pool ids start at 1) or the id of a pool that has an entry
-///   in `entries`, and then `hot_counters` points to that entry's `counters` (an `Arc`'s
-///   target: it does not move when `entries` reallocates, and lives as long as the entry).
-/// * `hot` holds a stack only of pool `hot_pool_id`; the entry's `counters.cached` counts it,
+/// Invariants:
+/// * `pool_id` is 0 (no pool; pool ids start at 1) or the id of a pool that has an entry in
+///   this thread's [`THREAD_CACHES`], and then `counters` points to that entry's `counters`
+///   (an `Arc`'s target: it does not move when `entries` reallocates, and lives as long as
+///   the entry). The slot becomes a pool's only inside a borrow of `THREAD_CACHES`, whose
+///   destructor is therefore registered and resets `pool_id` to 0 (and takes the stack out)
+///   before the entries go.
+/// * `stack` holds a stack only of pool `pool_id`; the entry's counters count it as cached,
 ///   and the entry's `stacks.len()` plus that one stack is at most the entry's `capacity`.
 /// * While the slot is a pool's, that pool's `stacks.len()` is below its `capacity`, full slot
 ///   or not: the slot becomes a pool's only when its vector has room, and while it is the
 ///   pool's the vector grows only when the slot is full, to `capacity - 1`. So a return into
-///   the pool's free slot stays within the cap without looking at the entry.
-/// * An entry is removed only when its pool is gone (then `hot` cannot hold one of its
-///   stacks: a cached stack keeps its pool alive) or when the thread exits; `hot_pool_id` is
+///   the pool's free slot stays within the cap without looking at the entry. (A pool without
+///   a thread cache, `capacity` 0, never gets the slot.)
+/// * An entry is removed only when its pool is gone (then `stack` cannot hold one of its
+///   stacks: a cached stack keeps its pool alive) or when the thread exits; `pool_id` is
 ///   reset to 0 when its entry goes.
-struct ThreadCaches {
-    hot: Cell<Option<CachedStack>>,
-    hot_pool_id: Cell<u64>,
-    hot_counters: Cell<*const ThreadCounters>,
-    entries: RefCell<Vec<CacheEntry>>,
+struct HotSlot {
+    stack: Cell<Option<CachedStack>>,
+    pool_id: Cell<u64>,
+    counters: Cell<*const ThreadCounters>,
 }
 
-impl ThreadCaches {
-    /// Whether the hot slot holds a stack of pool `pool_id`.
-    fn hot_holds(&self, pool_id: u64) -> bool {
-        if self.hot_pool_id.get() != pool_id {
+impl HotSlot {
+    /// Whether the slot holds a stack of pool `pool_id`.
+    fn holds(&self, pool_id: u64) -> bool {
+        if self.pool_id.get() != pool_id {
             return false;
         }
-        let stack = self.hot.take();
+        let stack = self.stack.take();
         let holds = stack.is_some();
-        self.hot.set(stack);
+        self.stack.set(stack);
         holds
     }
 
-    /// The counters of pool `hot_pool_id`'s entry.
+    /// The counters of pool `pool_id`'s entry.
     ///
     /// # Safety
     ///
-    /// `hot_pool_id` must not be 0 (then, by the invariants above, `hot_counters` points to a
-    /// live entry's counters).
-    unsafe fn hot_counters(&self) -> &ThreadCounters {
-        // SAFETY: by the caller's contract and the invariants of `ThreadCaches`, the pointer
-        // is the target of an `Arc<ThreadCounters>` held by an entry of `entries`, which
-        // outlives this borrow of `self` (entries are removed only by `new_cache_entry` and
-        // on thread exit, neither of which runs while this reference is used).
-        unsafe { &*self.hot_counters.get() }
+    /// `pool_id` must not be 0 (then, by the invariants above, `counters` points to a live
+    /// entry's counters).
+    #[inline]
+    unsafe fn counters(&self) -> &ThreadCounters {
+        // SAFETY: by the caller's contract and the invariants of `HotSlot`, the pointer is the
+        // target of an `Arc<ThreadCounters>` held by an entry of this thread's
+        // `THREAD_CACHES`, which outlives this borrow of `self` (entries are removed only by
+        // `new_cache_entry` and on thread exit, neither of which runs while this reference is
+        // used, and both reset `pool_id` first).
+        unsafe { &*self.counters.get() }
     }
 }
 
@@ -822,121 +924,164 @@ struct CachedStack {
     pool: Arc<PoolInner>,
 }
 
+/// The hot slot's stack, if it is one of pool `pool_id`'s (the common case of `get`,
+/// inlined into it).
 #[inline]
-fn take_from_thread_cache(pool_id: u64) -> Option<PooledStack> {
+fn take_hot(pool_id: u64) -> Option<PooledStack> {
+    HOT.try_with(|hot| {
+        if hot.pool_id.get() == pool_id
+            && let Some(cached) = hot.stack.take()
+        {
+            // SAFETY: `pool_id` is the slot's, and pool ids are never 0.
+            let counters = unsafe { hot.counters() };
+            bump_single_writer(&counters.from_thread_cache);
+            return Some(PooledStack::new(cached.entry, cached.pool));
+        }
+        None
+    })
+    .ok()
+    .flatten()
+}
+
+/// The slow path of `get` through the thread cache: the pool's entry (the hot slot is empty
+/// or holds another pool's stack).
+#[cold]
+fn take_from_entries(pool_id: u64) -> Option<PooledStack> {
     THREAD_CACHES
         .try_with(|caches| {
-            if caches.hot_pool_id.get() == pool_id
-                && let Some(cached) = caches.hot.take()
-            {
-                // SAFETY: `hot_pool_id` is `pool_id`, and pool ids are never 0.
-                let counters = unsafe { caches.hot_counters() };
-                bump_single_writer(&counters.from_thread_cache);
-                counters.cached.store(
-                    counters.cached.load(Ordering::Relaxed).wrapping_sub(1),
-                    Ordering::Relaxed,
-                );
-                return Some(PooledStack::new(cached.entry, cached.pool));
-            }
-            take_from_entries(caches, pool_id)
+            let mut entries = caches.entries.try_borrow_mut().ok()?;
+            let cache = entries.iter_mut().find(|e| e.pool_id == pool_id)?;
+            let cached = cache.stacks.pop()?;
+            bump_single_writer(&cache.counters.from_thread_cache);
+            Some(PooledStack::new(cached.entry, cached.pool))
         })
         .ok()
         .flatten()
 }
 
-/// The slow path of [`take_from_thread_cache`]: the pool's entry (the hot slot is empty or
-/// holds another pool's stack).
+/// The common case of [`PoolInner::recycle`], inlined into `PooledStack`'s drop: a fixed
+/// pool's stack that is not due for a trim, whose pool has this thread's hot slot, goes into
+/// the slot. Does what `recycle` does for it, in the same order (forget the owner, count down
+/// to the next trim, cache it); gives the stack back untouched in every other case.
+#[inline]
+fn recycle_hot(
+    mut entry: PoolEntry,
+    pool: Arc<PoolInner>,
+) -> Result<(), (PoolEntry, Arc<PoolInner>)> {
+    if pool.config.kind != PoolKind::Fixed || entry.recycles_until_trim <= 1 {
+        return Err((entry, pool));
+    }
+    let Ok(pool_id) = HOT.try_with(|hot| hot.pool_id.get()) else {
+        return Err((entry, pool));
+    };
+    if pool_id != pool.id {
+        return Err((entry, pool));
+    }
+    entry.mapping.slot().clear_owner();
+    entry.recycles_until_trim -= 1;
+    // The slot is this pool's, so the pool has a thread cache: `recycle` would cache the
+    // stack now, in the slot.
+    // SAFETY: the slot is the stack's pool's (checked above, on this thread).
+    unsafe { put_in_hot(CachedStack { entry, pool }) };
+    Ok(())
+}
+
+/// Puts a recycled stack in the hot slot; the stack the slot held, if any, goes to its
+/// pool's entry (or, if that is full, to the shared pool).
+///
+/// # Safety
+///
+/// The hot slot is `stack`'s pool's (`HOT.pool_id` is its id).
+#[inline]
+unsafe fn put_in_hot(stack: CachedStack) {
+    let displaced = HOT.with(|hot| {
+        let previous = hot.stack.replace(Some(stack));
+        if previous.is_none() {
+            // (Within the cap: see `HotSlot`.)
+            // SAFETY: the slot is this pool's (caller's contract), whose id is never 0.
+            bump_single_writer(&unsafe { hot.counters() }.returned);
+        }
+        previous
+    });
+    if let Some(previous) = displaced {
+        put_displaced(previous);
+    }
+}
+
+/// The hot slot was taken: the stack it held goes to its pool's entry instead, or to the
+/// shared pool if the entry is full (as a full cache's overflow does).
 #[cold]
-fn take_from_entries(caches: &ThreadCaches, pool_id: u64) -> Option<PooledStack> {
-    let mut entries = caches.entries.try_borrow_mut().ok()?;
-    let cache = entries.iter_mut().find(|e| e.pool_id == pool_id)?;
-    let cached = cache.stacks.pop()?;
-    bump_single_writer(&cache.counters.from_thread_cache);
-    // The hot slot holds none of this pool's stacks (they would have been taken first).
-    cache
-        .counters
-        .cached
-        .store(cache.stacks.len() as u64, Ordering::Relaxed);
-    Some(PooledStack::new(cached.entry, cached.pool))
+#[inline(never)]
+fn put_displaced(previous: CachedStack) {
+    if let Err(stack) = put_in_entries(previous) {
+        bump(&stack.pool.counters.returned_to_shared);
+        let skip_trim = !stack.pool.config.trim_when_shared;
+        stack.pool.put_shared(stack.entry, skip_trim);
+    }
 }
 
 /// Caches a returned stack on this thread; gives it back if the cache is full or
 /// unavailable (thread exiting, out of memory for the cache itself).
-#[inline]
 fn put_in_thread_cache(
     entry: PoolEntry,
     pool: Arc<PoolInner>,
 ) -> Result<(), (PoolEntry, Arc<PoolInner>)> {
-    let mut payload = Some(CachedStack { entry, pool });
-    let _ = THREAD_CACHES.try_with(|caches| {
-        let Some(stack) = payload.take() else { return };
-        if caches.hot_pool_id.get() == stack.pool.id {
-            let previous = caches.hot.replace(Some(stack));
-            match previous {
-                None => {
-                    // (Within the cap: see `ThreadCaches`.)
-                    // SAFETY: `hot_pool_id` is this pool's id, never 0.
-                    let counters = unsafe { caches.hot_counters() };
-                    bump_single_writer(&counters.returned);
-                    bump_single_writer(&counters.cached);
-                }
-                // The slot was taken: the one it held goes to the entry's vector instead.
-                Some(previous) => payload = put_in_entries(caches, previous).err(),
-            }
-            return;
-        }
-        payload = put_in_entries(caches, stack).err();
-    });
-    match payload {
-        None => Ok(()),
-        Some(stack) => Err((stack.entry, stack.pool)),
+    let stack = CachedStack { entry, pool };
+    let hot_is_ours = HOT
+        .try_with(|hot| hot.pool_id.get() == stack.pool.id)
+        .unwrap_or(false);
+    if hot_is_ours {
+        // SAFETY: checked right above, on this thread.
+        unsafe { put_in_hot(stack) };
+        return Ok(());
     }
+    put_in_entries(stack).map_err(|stack| (stack.entry, stack.pool))
 }
 
 /// The slow path of [`put_in_thread_cache`]: caches `stack` in its pool's entry (making the
 /// entry if needed), or in the hot slot if that is free; gives it back if the entry is full
-/// or cannot be made.
+/// or cannot be made (or the thread's caches are gone: it is exiting).
 #[cold]
-fn put_in_entries(caches: &ThreadCaches, stack: CachedStack) -> Result<(), CachedStack> {
+fn put_in_entries(stack: CachedStack) -> Result<(), CachedStack> {
     let mut payload = Some(stack);
-    (|| {
-        let Ok(mut entries) = caches.entries.try_borrow_mut() else {
-            return;
-        };
-        let Some(stack) = payload.take() else { return };
-        let index = match entries.iter().position(|e| e.pool_id == stack.pool.id) {
-            Some(index) => index,
-            None => match new_cache_entry(caches, &mut entries, &stack.pool) {
+    let _ = HOT.try_with(|hot| {
+        THREAD_CACHES.try_with(|caches| {
+            let Ok(mut entries) = caches.entries.try_borrow_mut() else {
+                return;
+            };
+            let Some(stack) = payload.take() else { return };
+            let index = match entries.iter().position(|e| e.pool_id == stack.pool.id) {
                 Some(index) => index,
-                None => {
-                    payload = Some(stack);
+                None => match new_cache_entry(hot, &mut entries, &stack.pool) {
+                    Some(index) => index,
+                    None => {
+                        payload = Some(stack);
+                        return;
+                    }
+                },
+            };
+            let cache = &mut entries[index];
+            let hot_taken = hot.holds(cache.pool_id);
+            if !hot_taken {
+                let in_hot = hot.stack.take();
+                if in_hot.is_none() && cache.stacks.len() < cache.capacity {
+                    // The hot slot is free (and the cap leaves room): it becomes this pool's.
+                    hot.pool_id.set(cache.pool_id);
+                    hot.counters.set(Arc::as_ptr(&cache.counters));
+                    hot.stack.set(Some(stack));
+                    bump_single_writer(&cache.counters.returned);
                     return;
                 }
-            },
-        };
-        let cache = &mut entries[index];
-        let hot_taken = caches.hot_holds(cache.pool_id);
-        if !hot_taken {
-            let hot = caches.hot.take();
-            if hot.is_none() && cache.stacks.len() < cache.capacity {
-                // The hot slot is free (and the cap leaves room): it becomes this pool's.
-                caches.hot_pool_id.set(cache.pool_id);
-                caches.hot_counters.set(Arc::as_ptr(&cache.counters));
-                caches.hot.set(Some(stack));
-                bump_single_writer(&cache.counters.returned);
-                bump_single_writer(&cache.counters.cached);
-                return;
+                hot.stack.set(in_hot);
             }
-            caches.hot.set(hot);
-        }
-        if cache.stacks.len() + usize::from(hot_taken) < cache.capacity {
-            cache.stacks.push(stack);
-            bump_single_writer(&cache.counters.returned);
-            bump_single_writer(&cache.counters.cached);
-        } else {
-            payload = Some(stack);
-        }
-    })();
+            if cache.stacks.len() + usize::from(hot_taken) < cache.capacity {
+                cache.stacks.push(stack);
+                bump_single_writer(&cache.counters.returned);
+            } else {
+                payload = Some(stack);
+            }
+        })
+    });
     match payload {
         None => Ok(()),
         Some(stack) => Err(stack),
@@ -946,17 +1091,17 @@ fn put_in_entries(caches: &ThreadCaches, stack: CachedStack) -> Result<(), Cache
 /// Makes this thread's cache for `pool` (cold: once per thread and pool). Also prunes the
 /// empty entries of pools that no longer exist.
 fn new_cache_entry(
-    caches: &ThreadCaches,
+    hot: &HotSlot,
     entries: &mut Vec<CacheEntry>,
     pool: &Arc<PoolInner>,
 ) -> Option<usize> {
     entries.retain(|e| !e.stacks.is_empty() || e.pool.strong_count() > 0);
-    let hot_pool_id = caches.hot_pool_id.get();
+    let hot_pool_id = hot.pool_id.get();
     if !entries.iter().any(|e| e.pool_id == hot_pool_id) {
         // The hot slot's entry is gone (its pool is, so the slot is empty): forget it before
         // its counters' pointer dangles.
-        caches.hot_pool_id.set(0);
-        caches.hot_counters.set(std::ptr::null());
+        hot.pool_id.set(0);
+        hot.counters.set(std::ptr::null());
     }
     let capacity = pool.config.thread_cache;
     let mut stacks = Vec::new();
@@ -979,15 +1124,22 @@ fn new_cache_entry(
 impl Drop for ThreadCaches {
     /// Thread exit: every cached stack moves to its pool's shared pool.
     fn drop(&mut self) {
-        let hot = self.hot.take();
-        self.hot_pool_id.set(0);
-        self.hot_counters.set(std::ptr::null());
+        let hot = HOT
+            .try_with(|hot| {
+                let pool_id = hot.pool_id.replace(0);
+                hot.counters.set(std::ptr::null());
+                hot.stack.take().map(|stack| (pool_id, stack))
+            })
+            .ok()
+            .flatten();
         let entries = std::mem::take(self.entries.get_mut());
-        if let Some(cached) = hot {
+        let hot_pool_id = hot.as_ref().map_or(0, |&(id, _)| id);
+        if let Some((_, cached)) = hot {
             cached.pool.put_shared(cached.entry, false);
         }
         for cache in entries {
-            cache.counters.cached.store(0, Ordering::Relaxed);
+            let leaving = cache.stacks.len() + usize::from(cache.pool_id == hot_pool_id);
+            cache.counters.evict(leaving as u64);
             if let Some(pool) = cache.pool.upgrade() {
                 pool.retire_thread(&cache.counters);
             }
@@ -1047,7 +1199,9 @@ impl Drop for PooledStack {
                 ManuallyDrop::take(&mut self.pool),
             )
         };
-        pool.recycle(entry);
+        if let Err((entry, pool)) = recycle_hot(entry, pool) {
+            pool.recycle(entry);
+        }
     }
 }
 
@@ -1058,6 +1212,10 @@ impl Drop for PooledStack {
 // page, unless the pool was made by `new_unchecked` with a `guard_size` of 0, whose caller
 // promised that nothing overflows its stacks.
 unsafe impl Stack for PooledStack {
+    /// A pool's stacks are at least a page (`stack_size` is rounded up to whole pages and is
+    /// never 0), and a page is at least 4 KiB on every supported target.
+    const MIN_USABLE_SIZE: usize = 4096;
+
     #[inline]
     fn top(&self) -> NonNull<u8> {
         self.entry.mapping.top()
