@@ -762,6 +762,29 @@ fn hung(
             Vec::new()
         }
     };
+    // libtest prints why a test failed only at its end, which a hung process never reaches:
+    // the first few that failed run alone once more, to show it. Their results do not change
+    // the leg's (it fails), and in a fresh process they may pass: then their failure came from
+    // the state of the one that hung.
+    let failed = failed_tests(&stdout);
+    if !failed.is_empty() {
+        println!(
+            "{} test(s) FAILED before the hang, and libtest would have said why only at its \
+             end; running {} of them alone again, to show their messages:",
+            failed.len(),
+            failed.len().min(MAX_RERUNS_AFTER_HANG)
+        );
+    }
+    for name in failed.iter().take(MAX_RERUNS_AFTER_HANG) {
+        let args = ["--exact", name.as_str()];
+        match run_after_hang(wine, bin, &args, "test-rerun.txt", WINE_RERUN_TIMEOUT) {
+            Ok((status, out)) => {
+                print!("{out}");
+                println!("(`{name}` run alone after the hang: {status})");
+            }
+            Err(e) => println!("(`{name}` run alone after the hang: {e})"),
+        }
+    }
     let running = unfinished
         .iter()
         .take(test_threads())
@@ -780,6 +803,9 @@ fn hung(
                 unfinished.len() - running.len()
             ));
         }
+    }
+    if !failed.is_empty() {
+        error.push_str(&format!("; failed before it: {}", failed.join(", ")));
     }
     if !problems.is_empty() {
         error.push_str(&format!("; also: {}", problems.join("; ")));
@@ -842,21 +868,34 @@ fn thread_waits(pid: u32) -> Vec<String> {
         .collect()
 }
 
-/// `EXE --list` under Wine (a server starts again for it; the leg's `wineserver -k` at its end
-/// stops it).
-fn list_tests(wine: &Wine<'_>, bin: &TestBin) -> Result<String, String> {
-    let path = wine.prefix.with_file_name("test-list.txt");
+/// How long a test that failed before a hang may take when run alone again.
+const WINE_RERUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How many of the tests that failed before a hang run alone again (to show why they failed).
+const MAX_RERUNS_AFTER_HANG: usize = 3;
+
+/// `EXE ARGS` under Wine, after a hang (a server starts again for it; the leg's `wineserver -k`
+/// at its end stops it), with its output in `out_name` beside the prefix, for up to `limit`:
+/// its exit status and output. Killed with the prefix's processes past `limit`.
+fn run_after_hang(
+    wine: &Wine<'_>,
+    bin: &TestBin,
+    args: &[&str],
+    out_name: &str,
+    limit: Duration,
+) -> Result<(std::process::ExitStatus, String), String> {
+    let path = wine.prefix.with_file_name(out_name);
     let file = std::fs::File::create(&path)
         .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    let mut cmd = wine.command(bin, &["--list"], file);
+    let mut cmd = wine.command(bin, args, file);
     proc::announce(&cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot run `{}`: {e}", wine.wine))?;
-    match wait_with_timeout(&mut child, WINE_LIST_TIMEOUT)? {
-        Ended::Exited(status) if status.success() => std::fs::read_to_string(&path)
+    match wait_with_timeout(&mut child, limit)? {
+        Ended::Exited(status) => std::fs::read_to_string(&path)
+            .map(|out| (status, out))
             .map_err(|e| format!("cannot read {}: {e}", path.display())),
-        Ended::Exited(status) => Err(format!("`{}` failed ({status})", proc::show(&cmd))),
         Ended::TimedOut => {
             let _ = wine.kill_all();
             let _ = child.kill();
@@ -864,10 +903,27 @@ fn list_tests(wine: &Wine<'_>, bin: &TestBin) -> Result<String, String> {
             Err(format!(
                 "`{}` did not finish in {} s (killed)",
                 proc::show(&cmd),
-                WINE_LIST_TIMEOUT.as_secs()
+                limit.as_secs()
             ))
         }
     }
+}
+
+/// `EXE --list` under Wine, after a hang.
+fn list_tests(wine: &Wine<'_>, bin: &TestBin) -> Result<String, String> {
+    match run_after_hang(wine, bin, &["--list"], "test-list.txt", WINE_LIST_TIMEOUT)? {
+        (status, list) if status.success() => Ok(list),
+        (status, _) => Err(format!("`{} --list` failed ({status})", bin.exe.display())),
+    }
+}
+
+/// The tests that a libtest output reports `FAILED` (`test NAME ... FAILED`), in its order.
+fn failed_tests(output: &str) -> Vec<String> {
+    output
+        .lines()
+        .filter_map(|l| l.strip_prefix("test ")?.strip_suffix(" ... FAILED"))
+        .map(str::to_string)
+        .collect()
 }
 
 /// How many tests libtest runs at once: `$RUST_TEST_THREADS`, else the CPUs (Wine reports the
@@ -1323,6 +1379,20 @@ test polling::echo has been running for over 60 seconds
         );
         assert!(unfinished_tests(list, &all).is_empty());
         assert!(describe_unfinished(&[], 2).contains("hung after them"));
+    }
+
+    #[test]
+    fn failed_tests_are_read_from_their_result_lines() {
+        let output = "\
+running 4 tests
+test a ... ok
+test b::c ... FAILED
+test d ... ignored, slow
+test e has been running for over 60 seconds
+test f ... FAILED
+";
+        assert_eq!(failed_tests(output), ["b::c", "f"]);
+        assert!(failed_tests("running 0 tests\n").is_empty());
     }
 
     #[test]
