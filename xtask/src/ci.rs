@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::json::{self, Json};
 use crate::proc::{self, cargo};
@@ -508,6 +508,7 @@ pub fn target_dir() -> Result<PathBuf, String> {
 /// `CARGO_TARGET_DIR` for the build (the prefix stays under the workspace's target directory).
 pub fn test_windows_wine(packages_: &[&str], build_dir: Option<PathBuf>) -> Result<(), String> {
     const TARGET: &str = "x86_64-pc-windows-gnu";
+    let limit = wine_test_timeout()?;
     ensure_target(TARGET)?;
     let dir = target_dir()?.join("wine");
     let setup = proc::root().join("ci/wine/setup.sh");
@@ -554,9 +555,14 @@ pub fn test_windows_wine(packages_: &[&str], build_dir: Option<PathBuf>) -> Resu
             .status();
     };
     wineserver("-p");
+    let leg_wine = Wine {
+        wine,
+        server: &server,
+        prefix: &prefix,
+    };
     let result = bins
         .iter()
-        .try_for_each(|bin| run_under_wine(wine, &prefix, bin))
+        .try_for_each(|bin| run_under_wine(&leg_wine, bin, limit))
         .and_then(|()| {
             // The doctests, through cargo with Wine as the target's runner.
             proc::run(
@@ -572,31 +578,126 @@ pub fn test_windows_wine(packages_: &[&str], build_dir: Option<PathBuf>) -> Resu
     result
 }
 
+/// How long one test executable may run under Wine before the leg calls it hung, kills it and
+/// fails: the longest, the IO conformance suite, takes 15 to 20 s on a 2-core machine, and the
+/// whole leg 16 to 45 s. `SPINDLE_WINE_TEST_TIMEOUT` (seconds) overrides it.
+const WINE_TEST_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The variable that overrides [`WINE_TEST_TIMEOUT`].
+const WINE_TEST_TIMEOUT_VAR: &str = "SPINDLE_WINE_TEST_TIMEOUT";
+
+/// How long `EXE --list` may take under Wine (it runs only after a hang, to name the tests that
+/// had not finished).
+const WINE_LIST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The limit per test executable under Wine: [`WINE_TEST_TIMEOUT`] or `$SPINDLE_WINE_TEST_TIMEOUT`.
+fn wine_test_timeout() -> Result<Duration, String> {
+    match std::env::var(WINE_TEST_TIMEOUT_VAR) {
+        Err(std::env::VarError::NotPresent) => Ok(WINE_TEST_TIMEOUT),
+        Ok(v) => parse_timeout(&v).ok_or_else(|| {
+            format!("{WINE_TEST_TIMEOUT_VAR}={v:?}: expected a whole number of seconds above 0")
+        }),
+        Err(e) => Err(format!("{WINE_TEST_TIMEOUT_VAR}: {e}")),
+    }
+}
+
+/// A positive whole number of seconds.
+fn parse_timeout(v: &str) -> Option<Duration> {
+    v.trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|&s| s > 0)
+        .map(Duration::from_secs)
+}
+
+/// The leg's Wine: its loader, server and prefix.
+struct Wine<'a> {
+    wine: &'a str,
+    server: &'a Path,
+    prefix: &'a Path,
+}
+
+impl Wine<'_> {
+    /// `wine EXE ARGS`, in the prefix, with Wine's own messages off and stdout to `out`.
+    fn command(&self, bin: &TestBin, args: &[&str], out: std::fs::File) -> Command {
+        let mut cmd = Command::new(self.wine);
+        cmd.arg(&bin.exe)
+            .args(args)
+            .current_dir(&bin.package_dir)
+            .env("WINEPREFIX", self.prefix)
+            .env("WINEDEBUG", "-all")
+            .stdin(Stdio::null())
+            .stdout(out);
+        cmd
+    }
+
+    /// `wineserver -k`: kills every process of the prefix, then the server. Returns what it
+    /// reported if it failed.
+    fn kill_all(&self) -> Result<(), String> {
+        let mut cmd = Command::new(self.server);
+        cmd.arg("-k").env("WINEPREFIX", self.prefix);
+        proc::announce(&cmd);
+        match cmd.status() {
+            Ok(s) if s.success() => Ok(()),
+            Ok(s) => Err(format!("`{}` failed ({s})", proc::show(&cmd))),
+            Err(e) => Err(format!("cannot run `{}`: {e}", proc::show(&cmd))),
+        }
+    }
+}
+
+/// How a process run with a time limit ended.
+enum Ended {
+    Exited(std::process::ExitStatus),
+    /// Still running at the limit (and not killed yet).
+    TimedOut,
+}
+
+/// Waits for `child` for up to `limit`.
+fn wait_with_timeout(child: &mut std::process::Child, limit: Duration) -> Result<Ended, String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child
+            .try_wait()
+            .map_err(|e| format!("cannot wait for process {}: {e}", child.id()))?
+        {
+            return Ok(Ended::Exited(status));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(Ended::TimedOut);
+        }
+        std::thread::sleep(left.min(Duration::from_millis(50)));
+    }
+}
+
 /// Runs one windows-gnu test executable under Wine, in its package's directory (as `cargo
 /// test` does). If the process ends without its test harness having started (it prints
 /// `running N tests` first), Wine failed to start it — seen once in CI (an
 /// executable with no tests exited with status 1 before printing anything, and passed on the
 /// next three runs of the leg) — and it is run once more; a failure after the harness started
 /// is the tests' own and is never retried.
-fn run_under_wine(wine: &str, prefix: &Path, bin: &TestBin) -> Result<(), String> {
+///
+/// An executable still running after `limit` has hung: it and every other process of the prefix
+/// are killed (`wineserver -k`; that ends the leg's server too, and the leg stops there), its
+/// output so far is printed with the tests that had not finished, and the leg fails. A hang is
+/// never retried.
+fn run_under_wine(wine: &Wine<'_>, bin: &TestBin, limit: Duration) -> Result<(), String> {
     // Its output goes to a file, not a pipe: the Wine processes the first executable starts
     // (services and devices of the prefix) inherit its descriptors and live as long as the
     // server, so a pipe would never reach its end.
-    let out_path = prefix.with_file_name("test-output.txt");
+    let out_path = wine.prefix.with_file_name("test-output.txt");
     for attempt in 1..=2 {
         let out_file = std::fs::File::create(&out_path)
             .map_err(|e| format!("cannot create {}: {e}", out_path.display()))?;
-        let mut cmd = Command::new(wine);
-        cmd.arg(&bin.exe)
-            .current_dir(&bin.package_dir)
-            .env("WINEPREFIX", prefix)
-            .env("WINEDEBUG", "-all")
-            .stdin(Stdio::null())
-            .stdout(out_file);
+        let mut cmd = wine.command(bin, &[], out_file);
         proc::announce(&cmd);
-        let status = cmd
-            .status()
-            .map_err(|e| format!("cannot run `{wine}`: {e}"))?;
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot run `{}`: {e}", wine.wine))?;
+        let status = match wait_with_timeout(&mut child, limit)? {
+            Ended::Exited(status) => status,
+            Ended::TimedOut => return Err(hung(wine, bin, child, &out_path, limit)),
+        };
         let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
         print!("{stdout}");
         if status.success() {
@@ -623,6 +724,280 @@ fn run_under_wine(wine: &str, prefix: &Path, bin: &TestBin) -> Result<(), String
         );
     }
     Err(format!("`{}` did not run under Wine", bin.exe.display()))
+}
+
+/// A test executable ran past `limit`: kills it and the prefix's other processes, prints its
+/// output so far and the tests it had not finished, and returns the leg's error.
+fn hung(
+    wine: &Wine<'_>,
+    bin: &TestBin,
+    mut child: std::process::Child,
+    out_path: &Path,
+    limit: Duration,
+) -> String {
+    let exe = bin.exe.display();
+    let pid = child.id();
+    println!(
+        "error: `{exe}` (process {pid}) is still running after {} s under Wine: it hung. \
+         Killing it and every process of the Wine prefix {} (`wineserver -k`).",
+        limit.as_secs(),
+        wine.prefix.display()
+    );
+    // What is about to be killed, and where the test process's threads wait (a futex: a lock,
+    // a condition variable or a thread park, Wine's `NtWaitForAlertByThreadId`; a pipe or
+    // socket read: a call to the Wine server, such as an IOCP wait).
+    for line in prefix_processes(wine.prefix) {
+        println!("  {line}");
+    }
+    for line in thread_waits(pid) {
+        println!("  {line}");
+    }
+    let mut problems = Vec::new();
+    if let Err(e) = wine.kill_all() {
+        problems.push(e);
+    }
+    // `wineserver -k` kills the prefix's processes with SIGKILL; the loader's own process is
+    // killed here too, in case the server could not reach it.
+    let _ = child.kill();
+    match wait_with_timeout(&mut child, Duration::from_secs(10)) {
+        Ok(Ended::Exited(status)) => println!("process {pid} is gone ({status})"),
+        Ok(Ended::TimedOut) => problems.push(format!(
+            "process {pid} is still there 10 s after SIGKILL (stuck in the kernel?)"
+        )),
+        Err(e) => problems.push(e),
+    }
+    let stdout = std::fs::read_to_string(out_path).unwrap_or_default();
+    println!("---- output of `{exe}` until it was killed ----");
+    print!("{stdout}");
+    println!("---- end of its output ----");
+    // The names of its tests, to tell those that finished from those that did not.
+    let unfinished = match list_tests(wine, bin) {
+        Ok(list) => {
+            let unfinished = unfinished_tests(&list, &stdout);
+            println!("{}", describe_unfinished(&unfinished, test_threads()));
+            unfinished
+        }
+        Err(e) => {
+            problems.push(format!("could not list its tests: {e}"));
+            Vec::new()
+        }
+    };
+    // libtest prints why a test failed only at its end, which a hung process never reaches:
+    // the first few that failed run alone once more, to show it. Their results do not change
+    // the leg's (it fails), and in a fresh process they may pass: then their failure came from
+    // the state of the one that hung.
+    let failed = failed_tests(&stdout);
+    if !failed.is_empty() {
+        println!(
+            "{} test(s) FAILED before the hang, and libtest would have said why only at its \
+             end; running {} of them alone again, to show their messages:",
+            failed.len(),
+            failed.len().min(MAX_RERUNS_AFTER_HANG)
+        );
+    }
+    for name in failed.iter().take(MAX_RERUNS_AFTER_HANG) {
+        let args = ["--exact", name.as_str()];
+        match run_after_hang(wine, bin, &args, "test-rerun.txt", WINE_RERUN_TIMEOUT) {
+            Ok((status, out)) => {
+                print!("{out}");
+                println!("(`{name}` run alone after the hang: {status})");
+            }
+            Err(e) => println!("(`{name}` run alone after the hang: {e})"),
+        }
+    }
+    let running = unfinished
+        .iter()
+        .take(test_threads())
+        .cloned()
+        .collect::<Vec<_>>();
+    let mut error = format!(
+        "`{exe}` hung under Wine: killed after {} s ({WINE_TEST_TIMEOUT_VAR} sets the limit in \
+         seconds)",
+        limit.as_secs()
+    );
+    if !running.is_empty() {
+        error.push_str(&format!("; unfinished: {}", running.join(", ")));
+        if unfinished.len() > running.len() {
+            error.push_str(&format!(
+                " (and {} not started)",
+                unfinished.len() - running.len()
+            ));
+        }
+    }
+    if !failed.is_empty() {
+        error.push_str(&format!("; failed before it: {}", failed.join(", ")));
+    }
+    if !problems.is_empty() {
+        error.push_str(&format!("; also: {}", problems.join("; ")));
+    }
+    error
+}
+
+/// The processes of a Wine prefix (those whose environment sets `WINEPREFIX` to it), as
+/// `process PID: COMMAND LINE` lines; none where `/proc` cannot be read.
+fn prefix_processes(prefix: &Path) -> Vec<String> {
+    let mut want = b"WINEPREFIX=".to_vec();
+    want.extend_from_slice(prefix.as_os_str().as_encoded_bytes());
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found: Vec<(u32, String)> = dir
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == want))
+        })
+        .map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline)
+                .split('\0')
+                .filter(|a| !a.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ")
+                .trim()
+                .to_string();
+            (pid, cmdline)
+        })
+        .collect();
+    found.sort_unstable();
+    found
+        .into_iter()
+        .map(|(pid, cmdline)| format!("process {pid}: {cmdline}"))
+        .collect()
+}
+
+/// Where each thread of process `pid` waits in the kernel (`/proc/PID/task/TID/wchan`), as
+/// one line per kind of wait with its thread count; none where `/proc` cannot be read.
+fn thread_waits(pid: u32) -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut waits = std::collections::BTreeMap::<String, usize>::new();
+    for task in tasks.filter_map(Result::ok) {
+        let wchan = std::fs::read_to_string(task.path().join("wchan")).unwrap_or_default();
+        let wchan = match wchan.trim() {
+            "" | "0" => "running (or unknown)".to_string(),
+            w => w.to_string(),
+        };
+        *waits.entry(wchan).or_default() += 1;
+    }
+    waits
+        .into_iter()
+        .map(|(wchan, n)| format!("process {pid}: {n} thread(s) waiting in {wchan}"))
+        .collect()
+}
+
+/// How long a test that failed before a hang may take when run alone again.
+const WINE_RERUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How many of the tests that failed before a hang run alone again (to show why they failed).
+const MAX_RERUNS_AFTER_HANG: usize = 3;
+
+/// `EXE ARGS` under Wine, after a hang (a server starts again for it; the leg's `wineserver -k`
+/// at its end stops it), with its output in `out_name` beside the prefix, for up to `limit`:
+/// its exit status and output. Killed with the prefix's processes past `limit`.
+fn run_after_hang(
+    wine: &Wine<'_>,
+    bin: &TestBin,
+    args: &[&str],
+    out_name: &str,
+    limit: Duration,
+) -> Result<(std::process::ExitStatus, String), String> {
+    let path = wine.prefix.with_file_name(out_name);
+    let file = std::fs::File::create(&path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let mut cmd = wine.command(bin, args, file);
+    proc::announce(&cmd);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run `{}`: {e}", wine.wine))?;
+    match wait_with_timeout(&mut child, limit)? {
+        Ended::Exited(status) => std::fs::read_to_string(&path)
+            .map(|out| (status, out))
+            .map_err(|e| format!("cannot read {}: {e}", path.display())),
+        Ended::TimedOut => {
+            let _ = wine.kill_all();
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(format!(
+                "`{}` did not finish in {} s (killed)",
+                proc::show(&cmd),
+                limit.as_secs()
+            ))
+        }
+    }
+}
+
+/// `EXE --list` under Wine, after a hang.
+fn list_tests(wine: &Wine<'_>, bin: &TestBin) -> Result<String, String> {
+    match run_after_hang(wine, bin, &["--list"], "test-list.txt", WINE_LIST_TIMEOUT)? {
+        (status, list) if status.success() => Ok(list),
+        (status, _) => Err(format!("`{} --list` failed ({status})", bin.exe.display())),
+    }
+}
+
+/// The tests that a libtest output reports `FAILED` (`test NAME ... FAILED`), in its order.
+fn failed_tests(output: &str) -> Vec<String> {
+    output
+        .lines()
+        .filter_map(|l| l.strip_prefix("test ")?.strip_suffix(" ... FAILED"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// How many tests libtest runs at once: `$RUST_TEST_THREADS`, else the CPUs (Wine reports the
+/// host's).
+fn test_threads() -> usize {
+    std::env::var("RUST_TEST_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .or_else(|| std::thread::available_parallelism().ok().map(Into::into))
+        .unwrap_or(1)
+}
+
+/// The tests of a libtest `--list` output (`NAME: test` lines) that `output`, the same
+/// executable's output when run, reports no result for (`test NAME ... ok`, `FAILED`,
+/// `ignored`...), in the list's order. libtest starts tests in that order, as many at once as
+/// it has threads, and reports each as it finishes: so the first ones (up to the thread count)
+/// were running, the rest had not started.
+fn unfinished_tests(list: &str, output: &str) -> Vec<String> {
+    let reported: std::collections::HashSet<&str> = output
+        .lines()
+        .filter_map(|l| l.strip_prefix("test "))
+        .filter_map(|l| l.split_once(" ... ").map(|(name, _)| name))
+        .collect();
+    list.lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .filter(|name| !reported.contains(name))
+        .map(str::to_string)
+        .collect()
+}
+
+/// What [`unfinished_tests`] found, for people: those running, and how many had not started.
+fn describe_unfinished(unfinished: &[String], threads: usize) -> String {
+    if unfinished.is_empty() {
+        return "every test had reported its result: the process hung after them \
+                (in its exit?)"
+            .to_string();
+    }
+    let running = unfinished.len().min(threads);
+    let mut text = format!(
+        "tests without a result: {}; running when it was killed (libtest starts tests in \
+         name order, {threads} at once here):",
+        unfinished.len()
+    );
+    for name in &unfinished[..running] {
+        text.push_str(&format!("\n    {name}"));
+    }
+    if unfinished.len() > running {
+        text.push_str(&format!(
+            "\nnot started: {}",
+            unfinished[running..].join(", ")
+        ));
+    }
+    text
 }
 
 /// Whether a libtest executable's output shows its harness started (`running N tests` is
@@ -978,6 +1353,95 @@ mod tests {
         assert!(harness_started("\nrunning 1 test\n"));
         assert!(!harness_started(""));
         assert!(!harness_started("running late\n"));
+    }
+
+    #[test]
+    fn unfinished_tests_are_those_listed_without_a_result() {
+        let list = "\
+child_case: test
+iocp::echo: test
+iocp::ten_thousand_connections: test
+polling::echo: test
+polling::half_close: test
+polling::peer_reset: test
+thread::echo: test
+
+7 tests, 0 benchmarks
+";
+        let output = "\
+running 7 tests
+test child_case ... ignored, run by a parent test
+test iocp::echo ... ok
+test polling::half_close ... FAILED
+test iocp::ten_thousand_connections ... ok
+test polling::echo has been running for over 60 seconds
+";
+        let unfinished = unfinished_tests(list, output);
+        assert_eq!(
+            unfinished,
+            ["polling::echo", "polling::peer_reset", "thread::echo"]
+        );
+        let text = describe_unfinished(&unfinished, 2);
+        assert!(text.contains("tests without a result: 3;"), "{text}");
+        assert!(
+            text.contains("\n    polling::echo\n    polling::peer_reset\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("not started: thread::echo"), "{text}");
+        // Fewer unfinished tests than threads: all were running.
+        let text = describe_unfinished(&unfinished, 4);
+        assert!(!text.contains("not started"), "{text}");
+        assert!(text.contains("thread::echo"), "{text}");
+        // All reported: the process hung after its tests.
+        let all = format!(
+            "{output}test polling::echo ... ok\ntest polling::peer_reset ... ok\n\
+             test thread::echo ... ok\n"
+        );
+        assert!(unfinished_tests(list, &all).is_empty());
+        assert!(describe_unfinished(&[], 2).contains("hung after them"));
+    }
+
+    #[test]
+    fn failed_tests_are_read_from_their_result_lines() {
+        let output = "\
+running 4 tests
+test a ... ok
+test b::c ... FAILED
+test d ... ignored, slow
+test e has been running for over 60 seconds
+test f ... FAILED
+";
+        assert_eq!(failed_tests(output), ["b::c", "f"]);
+        assert!(failed_tests("running 0 tests\n").is_empty());
+    }
+
+    #[test]
+    fn the_wine_timeout_is_a_positive_number_of_seconds() {
+        assert_eq!(parse_timeout("300"), Some(Duration::from_secs(300)));
+        assert_eq!(parse_timeout(" 45\n"), Some(Duration::from_secs(45)));
+        assert_eq!(parse_timeout("0"), None);
+        assert_eq!(parse_timeout("5m"), None);
+        assert_eq!(parse_timeout(""), None);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_process_past_its_limit_is_reported_and_one_that_exits_is_not() {
+        let mut slow = Command::new("sleep").arg("30").spawn().unwrap();
+        let start = Instant::now();
+        assert!(matches!(
+            wait_with_timeout(&mut slow, Duration::from_millis(200)),
+            Ok(Ended::TimedOut)
+        ));
+        assert!(start.elapsed() >= Duration::from_millis(200));
+        assert!(start.elapsed() < Duration::from_secs(20));
+        slow.kill().unwrap();
+        slow.wait().unwrap();
+        let mut quick = Command::new("true").spawn().unwrap();
+        match wait_with_timeout(&mut quick, Duration::from_secs(30)) {
+            Ok(Ended::Exited(status)) => assert!(status.success()),
+            _ => panic!("`true` did not exit within 30 s"),
+        }
     }
 
     #[test]

@@ -768,3 +768,57 @@ fn rearm_of_an_unregistered_source_is_an_error_in_oneshot_mode() {
         .unwrap_err();
     assert_eq!(err.kind(), io::ErrorKind::NotFound);
 }
+
+/// One-shot mode: a re-arm made by another thread just as the driver goes to sleep with no
+/// timeout takes effect: the driver wakes for the event it armed. (Each event wakes the driver,
+/// which parks again at once while the other thread re-arms: thousands of chances to meet that
+/// moment. The other tests park with a 10 ms timeout, which would cover up a re-arm that
+/// reached the poller only at its next wait; a runtime's idle worker parks with none.)
+#[test]
+fn a_rearm_from_another_thread_as_the_driver_sleeps_is_not_lost() {
+    const ROUNDS: usize = 4_000;
+    let driver = PollingDriver::with_trigger(Trigger::Oneshot).unwrap();
+    let reactor = driver.reactor().unwrap();
+    let unparker = driver.unparker();
+    let stop = Arc::new(AtomicBool::new(false));
+    let rearmer = {
+        let stop = stop.clone();
+        thread::spawn(move || {
+            // Ends the driver's loop however this thread ends (a panic included).
+            struct Stop(Arc<AtomicBool>, Arc<dyn spindle_io::Unpark>);
+            impl Drop for Stop {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::SeqCst);
+                    self.1.unpark();
+                }
+            }
+            let _stop = Stop(stop, unparker);
+            let (a, _b) = tcp_pair();
+            let io = reactor.register(raw(&a)).unwrap();
+            let mut lost = None;
+            for round in 0..ROUNDS {
+                // `a` stays writable: once armed, its event comes at once.
+                let event = io.readiness();
+                io.clear_readiness(event, Interest::WRITABLE);
+                reactor.rearm(raw(&a), &io, Interest::WRITABLE).unwrap();
+                let deadline = Instant::now() + Duration::from_secs(5);
+                match io.wait(Interest::WRITABLE, Some(deadline)) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                        lost = Some(round);
+                        break;
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            reactor.deregister(raw(&a), &io).unwrap();
+            lost
+        })
+    };
+    while !stop.load(Ordering::SeqCst) {
+        driver.park(None).unwrap();
+    }
+    if let Some(round) = rearmer.join().unwrap() {
+        panic!("round {round}: a writable socket re-armed for writing got no event in 5 s");
+    }
+}
