@@ -307,6 +307,17 @@ fn spawn_out_of_address_space_is_an_error_and_the_runtime_keeps_serving() {
 #[ignore = "run by spawn_out_of_address_space_is_an_error_and_the_runtime_keeps_serving"]
 fn child_spawn_enomem() {
     exit_on_panic();
+    // One malloc arena for the whole process. A thread's first allocation otherwise makes an
+    // arena of its own, which reserves 64 MiB of address space (128 MiB for a moment, while it
+    // aligns it): a worker or carrier thread allocating for the first time after the limit is
+    // set would take the room the test leaves for stacks, and the first spawn would fail with
+    // plain ENOMEM instead of reaching the limit.
+    #[cfg(target_env = "gnu")]
+    // SAFETY: `mallopt` with a valid parameter; glibc takes its own lock, and the setting
+    // only caps how many arenas are made from now on.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
     let rt = Runtime::builder().workers(2).build().unwrap();
     rt.block_on(|| {
         let keepers = keepers(8);
