@@ -118,7 +118,30 @@ impl std::fmt::Display for ChildRun {
 
 /// Runs the ignored test `child` of this test binary in a child process (it should print
 /// `CHILD OK` at its end), killing it if it runs past `limit`.
+///
+/// Under qemu-user a child can hang before the test harness starts (it prints nothing, not
+/// even `running 1 test`): qemu-user emulates the `clone` behind `Command::spawn` as a fork of
+/// the whole emulator, and a lock that another thread of the emulator held at that moment
+/// stays held in the child. Such a child never ran the test, so it is started once more, with
+/// a line on stderr that says so. A child that started and then hung still fails the test.
 pub fn run_child_with_watchdog(child: &str, limit: Duration) -> ChildRun {
+    use std::io::Write;
+    let run = run_child_once(child, limit);
+    let never_started = run.status.is_none() && run.stdout.is_empty() && run.stderr.is_empty();
+    match emulator() {
+        Some(emulator) if never_started => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "{child}: the child process printed nothing in {limit:?} under {emulator} (it \
+                 hung before the test harness started); starting it once more"
+            );
+            run_child_once(child, limit)
+        }
+        _ => run,
+    }
+}
+
+fn run_child_once(child: &str, limit: Duration) -> ChildRun {
     use std::io::Read;
     use std::process::{Command, Stdio};
     let mut proc = Command::new(std::env::current_exe().unwrap())
