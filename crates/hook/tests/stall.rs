@@ -20,16 +20,20 @@ use spindle_rt::IoBackend;
 /// The longest tick gap the test accepts (the stall it guards against is 1 s).
 const STALL_BOUND: Duration = Duration::from_millis(250);
 
-/// The longest gap between two ticks of any ticker, with one coroutine in
-/// `std::thread::sleep(500 ms)` and then in a `std::net::TcpStream` read with a 500 ms timeout
-/// on a connection that never sends. Also returns the read's error kind and how long the
-/// blocking coroutine took.
-fn stall(io: IoBackend, hook: bool) -> (Duration, std::io::ErrorKind, Duration) {
+/// The longest gap between two ticks of any ticker on a runtime of `workers` workers, with one
+/// coroutine in `std::thread::sleep(500 ms)` and then in a `std::net::TcpStream` read with a
+/// 500 ms timeout on a connection that never sends. Also returns the read's error kind and how
+/// long the blocking coroutine took.
+///
+/// With one worker every ticker shares the blocking coroutine's worker. With more, where the
+/// tickers run is the scheduler's choice: the blocking coroutine may land on a worker that
+/// holds none of them.
+fn stall(io: IoBackend, hook: bool, workers: usize) -> (Duration, std::io::ErrorKind, Duration) {
     let rt = if hook {
-        runtime(2, io)
+        runtime(workers, io)
     } else {
         spindle_rt::Runtime::builder()
-            .workers(2)
+            .workers(workers)
             .io(io)
             .build()
             .unwrap()
@@ -77,11 +81,11 @@ fn stall(io: IoBackend, hook: bool) -> (Duration, std::io::ErrorKind, Duration) 
     )
 }
 
-/// 100 coroutines on 2 workers tick every millisecond while one of them sleeps 500 ms in
-/// `std::thread::sleep` and reads a silent `std::net::TcpStream` with a 500 ms timeout: with
-/// the hook the tickers keep ticking (without it, the blocked worker's tickers wait the whole
-/// second, the read's timeout included), and the blocking calls still take their time and end
-/// as std says.
+/// 100 coroutines on one worker, then on two, tick every millisecond while one more coroutine
+/// sleeps 500 ms in `std::thread::sleep` and reads a silent `std::net::TcpStream` with a
+/// 500 ms timeout: with the hook the tickers keep ticking (without it, the blocked worker's
+/// tickers wait the whole second, the read's timeout included), and the blocking calls still
+/// take their time and end as std says.
 ///
 /// The bound is far below the stall and far above a loaded machine's scheduling noise (a
 /// debug build, other jobs on the cores: gaps of tens of milliseconds happen with no blocking
@@ -93,12 +97,16 @@ fn blocking_std_calls_do_not_stall_the_worker() {
             // Without a driver socket waits go to the blocking pool; covered elsewhere.
             continue;
         }
-        let name = format!("{io:?}");
-        let (worst, kind, took) = watchdog(Duration::from_secs(60), move || stall(io, true));
-        eprintln!("{name}: worst gap {worst:?}, blocking coroutine {took:?}");
-        assert_eq!(kind, std::io::ErrorKind::WouldBlock, "{name}");
-        assert!(took >= Duration::from_millis(1000), "{name}: {took:?}");
-        assert!(worst <= STALL_BOUND, "{name}: a ticker waited {worst:?}");
+        for workers in [1, 2] {
+            let name = format!("{io:?}, {workers} worker(s)");
+            let io = io.clone();
+            let (worst, kind, took) =
+                watchdog(Duration::from_secs(60), move || stall(io, true, workers));
+            eprintln!("{name}: worst gap {worst:?}, blocking coroutine {took:?}");
+            assert_eq!(kind, std::io::ErrorKind::WouldBlock, "{name}");
+            assert!(took >= Duration::from_millis(1000), "{name}: {took:?}");
+            assert!(worst <= STALL_BOUND, "{name}: a ticker waited {worst:?}");
+        }
     }
 }
 
@@ -106,9 +114,9 @@ fn blocking_std_calls_do_not_stall_the_worker() {
 /// hook, once enabled, stays on for the process).
 const CHILD: &str = "SPINDLE_HOOK_STALL_CHILD";
 
-/// The control: the same scenario in a process that never enables the hook stalls the
-/// blocked worker's tickers for about the whole second — what the test above would see if
-/// the calls were not interposed.
+/// The control: the same scenario on one worker, in a process that never enables the hook,
+/// stalls the tickers for about the whole second — what the test above would see if the calls
+/// were not interposed. One worker, so that the tickers surely share the blocked worker.
 #[test]
 fn without_the_hook_the_same_calls_stall_the_worker() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
@@ -138,7 +146,9 @@ fn stall_without_the_hook() {
     if std::env::var_os(CHILD).is_none() {
         return;
     }
-    let (worst, kind, _) = watchdog(Duration::from_secs(60), || stall(IoBackend::Epoll, false));
+    let (worst, kind, _) = watchdog(Duration::from_secs(60), || {
+        stall(IoBackend::Epoll, false, 1)
+    });
     assert_eq!(kind, std::io::ErrorKind::WouldBlock);
     eprintln!("worst gap ms: {}", worst.as_millis());
 }
