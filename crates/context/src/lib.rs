@@ -147,6 +147,14 @@ pub const SAVES_FP_ENV: bool = backend::SAVES_FP_ENV;
 
 /// Bytes at the top of a stack that [`Context::new`] reserves for its own use (the [`Link`] slot
 /// and the entry function). They stay in use for the context's whole life.
+///
+/// A copying stack may leave them out of what it keeps of a suspended context (spindle-stack's
+/// shared stacks do), as long as the context has been resumed before and the bytes that lie
+/// there when it is resumed again were left by another context that had been resumed: the
+/// entry word is read only by the first switch into the context, and the link slot is written
+/// again for every resume before the context reads it (by [`Context::resume`] on the native
+/// backends; on the Boost backend by the resumed [`suspend`], `resume` only telling a slot
+/// never written since `Context::new` from one that was).
 pub const STACK_RESERVED: usize = 16;
 
 /// The smallest stack [`Context::new`] accepts the *contract* for. Real code needs far more:

@@ -938,6 +938,19 @@ impl Builder {
         // The closure slot sits right under the top, the context's own area right under it. A
         // copying stack has none (the closure is handed over with the first resume): its
         // context's top is the region's.
+        // A copying stack may leave its top `UNSAVED_TOP` bytes out of what it keeps for a
+        // suspended coroutine. Only the context's reserved words lie there, which
+        // `STACK_RESERVED`'s contract lets a copying stack drop: a suspended coroutine on it
+        // has been resumed (its context is made right before its first resume, in
+        // `try_resume`), is entered again only through `switch_in` (a `resume`), and whatever
+        // another coroutine left in those words was left after its own first resume. A stack
+        // type that leaves out more would lose live frames.
+        const {
+            assert!(
+                !S::COPYING || S::UNSAVED_TOP <= STACK_RESERVED,
+                "a copying stack may leave at most the context's reserved top bytes unsaved"
+            )
+        };
         let (slot, vtable): (usize, &'static InitialVtable) = if S::COPYING {
             (top, &Vtables::<F, Input, Yield, Return>::HANDED)
         } else if in_place {

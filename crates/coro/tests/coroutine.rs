@@ -7,6 +7,8 @@ use std::rc::Rc;
 
 use spindle_coro::{Coroutine, CoroutineResult, Generator, ResumeErrorKind, Yielder};
 
+mod common;
+
 /// Sets a flag when dropped: a destructor we can watch.
 struct DropFlag(Rc<Cell<u32>>);
 impl Drop for DropFlag {
@@ -283,21 +285,10 @@ fn a_backtrace_inside_a_coroutine_reaches_the_resumer() {
         co.resume(()).into_return().unwrap()
     }
     let trace = resumer_side_function();
-    let frames: Vec<&str> = trace
-        .lines()
-        .filter_map(|l| l.trim_start().split_once(": ").map(|(_, f)| f.trim()))
-        .collect();
-    let position = |name: &str| {
-        frames
-            .iter()
-            .position(|f| *f == name || f.ends_with(&format!("::{name}")))
-    };
+    let position = |name: &str| common::frame_position(&trace, name);
     let inside = position("captured_deep_inside").unwrap_or_else(|| panic!("{trace}"));
-    if spindle_context::BACKEND == "boost" {
-        return; // documented: backtraces end at the coroutine's entry on that backend
-    }
-    if spindle_context::BACKEND == "aarch64-windows" && !cfg!(windows) {
-        return; // the Windows backend built on Linux to check its switch: no Windows unwinder
+    if !common::backtraces_cross_into_the_resumer() {
+        return;
     }
     let resumer = position("resumer_side_function").unwrap_or_else(|| panic!("{trace}"));
     let test = position("a_backtrace_inside_a_coroutine_reaches_the_resumer")

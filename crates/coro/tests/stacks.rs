@@ -10,6 +10,8 @@ use spindle_stack::{FixedStack, PoolConfig, Stack, StackError, StackPool};
 #[cfg(unix)]
 use spindle_stack::{GrowableStack, PoolKind};
 
+mod common;
+
 /// True when the test runs under valgrind (`cargo xtask ci`'s valgrind leg): big sizes shrink.
 fn under_valgrind() -> bool {
     std::env::var_os("SPINDLE_UNDER_VALGRIND").is_some()
@@ -312,6 +314,51 @@ fn dropping_suspended_shared_stack_coroutines_unwinds_them_even_when_evicted() {
     // Nine of them are evicted (their bytes in their buffers); dropping restores each to unwind.
     drop(all);
     assert_eq!(drops.get(), 10);
+}
+
+/// A coroutine on a shared stack, evicted and restored, switches back to whoever resumes it now,
+/// and a backtrace taken inside it crosses into that resumer. (The region does not keep its top
+/// words, the context's link and entry words, across an eviction: the resume writes the link
+/// again, and the other coroutine left its own there meanwhile.)
+#[test]
+fn a_restored_shared_coroutine_returns_to_its_new_resumer_and_its_backtrace_reaches_it() {
+    #[inline(never)]
+    fn captured_inside() -> String {
+        std::hint::black_box(std::backtrace::Backtrace::force_capture().to_string())
+    }
+    #[inline(never)]
+    fn second_resumer(co: &mut Coroutine<(), (), String, spindle_stack::SharedSlot>) -> String {
+        co.resume(()).into_return().unwrap()
+    }
+    let region = SharedStack::new(128 * 1024).unwrap();
+    // SAFETY: lends nothing.
+    let mut a = unsafe {
+        Coroutine::with_shared_stack(&region, |y: &Yielder<(), ()>, ()| {
+            y.suspend(());
+            captured_inside()
+        })
+    };
+    // SAFETY: lends nothing.
+    let mut b = unsafe {
+        Coroutine::with_shared_stack(&region, |y: &Yielder<(), ()>, ()| {
+            // Deeper than `a`, so that its frames cover every byte `a` keeps.
+            let deep = std::hint::black_box([7u8; 2048]);
+            y.suspend(());
+            deep.iter().map(|&b| u64::from(b)).sum::<u64>()
+        })
+    };
+    assert_eq!(a.resume(()), CoroutineResult::Yield(()));
+    assert_eq!(b.resume(()), CoroutineResult::Yield(())); // evicts `a`
+    assert!(b.stack().is_occupant() && !a.stack().is_occupant());
+    let trace = second_resumer(&mut a); // evicts `b`, restores `a`
+    assert_eq!(b.resume(()), CoroutineResult::Return(7 * 2048));
+    let position = |name: &str| common::frame_position(&trace, name);
+    let inside = position("captured_inside").unwrap_or_else(|| panic!("{trace}"));
+    if !common::backtraces_cross_into_the_resumer() {
+        return;
+    }
+    let resumer = position("second_resumer").unwrap_or_else(|| panic!("{trace}"));
+    assert!(inside < resumer, "{trace}");
 }
 
 #[test]

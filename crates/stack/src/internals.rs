@@ -15,8 +15,11 @@
 //! * `GrowableStack`: reserves `max` as `PROT_NONE`, commits `initial`; the fault handler grows it
 //!   with `mprotect`. Never moves. Unix only.
 //! * `SharedStack` / `SharedSlot`: libaco-style copying stacks. The region's occupant's used bytes
-//!   `[sp, top)` are copied to its heap buffer when another coroutine takes the region, and copied
-//!   back when it is resumed — only when ownership changes. A slot's state (saved stack pointer,
+//!   `[sp, top - 16)` are copied to its heap buffer when another coroutine takes the region, and
+//!   copied back when it is resumed — only when ownership changes. The top 16 bytes
+//!   (`Stack::UNSAVED_TOP`) are the context's link and entry words, which a suspended context
+//!   does not need kept (see `spindle_context::STACK_RESERVED`): a 16-byte allocation step less
+//!   per suspended coroutine. A slot's state (saved stack pointer,
 //!   save buffer, owner record) is boxed for a stable address; the region keeps up to 1,024 dropped
 //!   slots' states for the next `slot()` (their save buffers freed), since a region serves many
 //!   short-lived coroutines (skynet: an allocation and a free less per coroutine).

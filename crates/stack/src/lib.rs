@@ -194,13 +194,24 @@ pub unsafe trait Stack {
     /// bound covers that frame saves it the check.
     const MIN_USABLE_SIZE: usize = 0;
 
+    /// Copying stacks only: how many bytes at the very top of the stack are *not* kept
+    /// across a change of occupant. A suspended coroutine's kept bytes are
+    /// `[sp, top() - UNSAVED_TOP)`; the top `UNSAVED_TOP` bytes hold whatever the last
+    /// occupant left there when it comes back.
+    ///
+    /// spindle-coro accepts at most `spindle_context::STACK_RESERVED` here: those words are
+    /// the context's link, which every `resume` writes before the coroutine runs again, and
+    /// its entry word, which only the first switch reads. [`SharedSlot`] leaves them out
+    /// (16 bytes less to copy and to keep per suspended coroutine).
+    const UNSAVED_TOP: usize = 0;
+
     /// Copying stacks only: makes this coroutine the region's occupant before switching
     /// into it.
     ///
-    /// `sp` is the coroutine's saved stack pointer (its live bytes are `[sp, top())`), or
-    /// `None` if it has not started yet (then there is nothing to restore; the caller builds
-    /// its first frame at `top()`). The previous occupant's bytes are saved to its heap
-    /// buffer first.
+    /// `sp` is the coroutine's saved stack pointer (its live bytes are `[sp, top())`, of
+    /// which `[sp, top() - UNSAVED_TOP)` are kept), or `None` if it has not started yet (then
+    /// there is nothing to restore; the caller builds its first frame at `top()`). The
+    /// previous occupant's kept bytes are saved to its heap buffer first.
     ///
     /// # Errors
     ///

@@ -16,8 +16,9 @@ use crate::{Stack, os};
 ///
 /// Only one coroutine — the *occupant* — has its bytes in the region at a time. Resuming a
 /// different coroutine on the region first copies the occupant's live bytes
-/// (`[its sp, top)`) out to the occupant's heap buffer, then copies the resumed one's bytes
-/// back in. A suspended coroutine therefore costs only the stack it actually uses, which is
+/// (`[its sp, top - 16)`) out to the occupant's heap buffer, then copies the resumed one's
+/// bytes back in. The top 16 bytes ([`UNSAVED_TOP`](Stack::UNSAVED_TOP)) are not kept: they
+/// are spindle-context's link and entry words, which a suspended context does not need. A suspended coroutine therefore costs only the stack it actually uses, which is
 /// how libaco runs 10 million coroutines in under 3 GB. The price is a copy whenever the
 /// region changes hands, so coroutines that are resumed in turn should be spread over
 /// several regions, and a coroutine resumed repeatedly while it stays the occupant pays
@@ -49,7 +50,7 @@ use crate::{Stack, os};
 /// The coroutine crate drives the hooks; here is what it does, by hand:
 ///
 /// ```
-/// use spindle_stack::{SharedStack, Stack};
+/// use spindle_stack::{SharedSlot, SharedStack, Stack};
 ///
 /// let region = SharedStack::new(64 * 1024)?;
 /// let (a, b) = (region.slot(), region.slot());
@@ -61,16 +62,16 @@ use crate::{Stack, os};
 /// unsafe { a_sp.write_bytes(0xAA, 100) };
 /// unsafe { a.after_suspend(a_sp) };
 ///
-/// // Coroutine B takes the region: A's 100 bytes are saved to A's buffer.
+/// // Coroutine B takes the region: A's bytes below the top 16 are saved to A's buffer.
 /// unsafe { b.before_resume(None)? };
-/// assert_eq!(a.saved_len(), 100);
+/// assert_eq!(a.saved_len(), 100 - SharedSlot::UNSAVED_TOP);
 /// let b_sp = unsafe { b.top().sub(50) };
 /// unsafe { b.after_suspend(b_sp) };
 ///
 /// // A again: B's bytes are saved, A's restored.
 /// unsafe { a.before_resume(Some(a_sp))? };
 /// assert_eq!(unsafe { a_sp.read() }, 0xAA);
-/// assert_eq!((a.saved_len(), b.saved_len()), (0, 50));
+/// assert_eq!((a.saved_len(), b.saved_len()), (0, 50 - SharedSlot::UNSAVED_TOP));
 /// # unsafe { a.after_suspend(a_sp) };
 /// # Ok::<(), spindle_stack::StackError>(())
 /// ```
@@ -98,8 +99,8 @@ struct Region {
     /// alive; a slot clears it in `after_finish` and in `Drop`, and both the region and its
     /// slots are `!Send`, so this is never observed from another thread.
     occupant: Cell<*const SlotState>,
-    /// The occupant's stack pointer when it last suspended (clamped into the region): its live
-    /// bytes are `[occupant_sp, top)`. `None` while there is no occupant or it has not
+    /// The occupant's stack pointer when it last suspended (clamped into the region): its kept
+    /// bytes are `[occupant_sp, top - UNSAVED_TOP)`. `None` while there is no occupant or it has not
     /// suspended yet. Kept here rather than in every slot: only the occupant's is needed.
     occupant_sp: Cell<Option<NonNull<u8>>>,
     /// The occupant is running (between `before_resume` and `after_suspend`).
@@ -113,6 +114,12 @@ struct Region {
     #[allow(clippy::vec_box)]
     spare: Cell<Vec<Box<SlotState>>>,
 }
+
+/// Bytes at the region's top that an eviction does not save (see [`Stack::UNSAVED_TOP`]):
+/// the context's link and entry words, which take a 16-byte allocation step off every
+/// suspended coroutine's save buffer. The same as `spindle_context::STACK_RESERVED`, which
+/// spindle-coro checks; this crate does not depend on the context crate.
+const UNSAVED_TOP: usize = 16;
 
 /// How many slot states a region keeps for reuse (three words each).
 const SPARE_STATES: usize = 1024;
@@ -239,10 +246,10 @@ pub struct SharedSlot {
 
 /// A slot's state: three words, since every suspended coroutine on a shared stack has one
 /// (the stack pointer of a suspended coroutine is not among them: the region keeps its
-/// occupant's, and an evicted coroutine's is `top - saved.len()`).
+/// occupant's, and an evicted coroutine's is `top - UNSAVED_TOP - saved.len()`).
 struct SlotState {
     /// The save buffer, sized exactly: while the slot is not the occupant it holds
-    /// `[sp, top)` of the suspended coroutine (`None`: it has no bytes, not started or
+    /// `[sp, top - UNSAVED_TOP)` of the suspended coroutine (`None`: it has no bytes, not started or
     /// finished); while it is the occupant it holds nothing live and is only kept for the
     /// next eviction, which reuses it if the depth is the same. A `Cell` (taken and put back)
     /// so that no borrow flag can fail.
@@ -351,7 +358,9 @@ impl SharedSlot {
         if region.running.get() {
             return Err(StackError::SharedStackBusy);
         }
-        let top = region.mapping.top();
+        // Where the kept bytes end: the region's top less the words nobody needs kept (see
+        // `UNSAVED_TOP`). The region is at least a page, so this stays inside it.
+        let kept_top = region.mapping.top().as_ptr().wrapping_sub(UNSAVED_TOP);
         let occupant = region.occupant.get();
         // SAFETY: a non-null occupant points to the state of a live slot of this region (see
         // `Region::occupant`); we only use it on this thread.
@@ -362,9 +371,10 @@ impl SharedSlot {
                 // as the copy below must never leave the region (outside it: all of it).
                 let limit = region.mapping.limit();
                 let in_region = limit.as_ptr().addr() <= occupant_sp.as_ptr().addr()
-                    && occupant_sp.as_ptr().addr() <= top.as_ptr().addr();
+                    && occupant_sp.as_ptr().addr() <= region.mapping.top().as_ptr().addr();
                 let occupant_sp = if in_region { occupant_sp } else { limit };
-                let len = top.as_ptr().addr() - occupant_sp.as_ptr().addr();
+                // A stack pointer within the unsaved top words leaves nothing to keep.
+                let len = kept_top.addr().saturating_sub(occupant_sp.as_ptr().addr());
                 let mut buffer = occupant.saved.take();
                 let result = save(&mut buffer, occupant_sp, len);
                 occupant.saved.set(buffer);
@@ -387,16 +397,19 @@ impl SharedSlot {
         if let (Some(_), Some(buffer)) = (sp, &buffer) {
             // Saved from inside the region (clamped when it was saved), so it fits; never
             // written past the region's limit even so.
-            let len = buffer.len().min(region.mapping.usable());
-            crate::valgrind::make_mem_undefined(top.as_ptr().addr() - len, len);
-            // SAFETY: the buffer holds `[recorded sp, top)` of this coroutine, so `top - len`
-            // is that sp, inside the region; the region is not in use (no occupant now), and
-            // a heap buffer cannot overlap the mapping.
-            unsafe { ptr::copy_nonoverlapping(buffer.as_ptr(), top.as_ptr().sub(len), len) };
+            let len = buffer
+                .len()
+                .min(region.mapping.usable().saturating_sub(UNSAVED_TOP));
+            crate::valgrind::make_mem_undefined(kept_top.addr() - len, len);
+            // SAFETY: the buffer holds `[recorded sp, kept_top)` of this coroutine, so
+            // `kept_top - len` is that sp, inside the region (`len` is clamped to the room
+            // below `kept_top` even so); the region is not in use (no occupant now), and a
+            // heap buffer cannot overlap the mapping.
+            unsafe { ptr::copy_nonoverlapping(buffer.as_ptr(), kept_top.sub(len), len) };
             region.update_stats(|stats| stats.bytes_restored += len as u64);
             region
                 .occupant_sp
-                .set(NonNull::new(top.as_ptr().wrapping_sub(len)));
+                .set(NonNull::new(kept_top.wrapping_sub(len)));
         }
         // The bytes are in the region now (or there were none); the buffer stays for the next
         // eviction, which reuses it when the coroutine suspends at the same depth.
@@ -480,6 +493,7 @@ fn save(buffer: &mut Option<Box<[u8]>>, sp: NonNull<u8>, len: usize) -> Result<(
 // `with_guard_unchecked(_, 0)`, whose caller promised that nothing overflows it.
 unsafe impl Stack for SharedSlot {
     const COPYING: bool = true;
+    const UNSAVED_TOP: usize = UNSAVED_TOP;
 
     fn top(&self) -> NonNull<u8> {
         self.region.mapping.top()

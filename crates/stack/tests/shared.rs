@@ -10,6 +10,14 @@ use spindle_stack::{SharedSlot, SharedStack, Stack, StackError};
 
 const KIB: usize = 1024;
 
+/// The top bytes a region does not keep across a change of occupant.
+const UNSAVED: usize = <SharedSlot as Stack>::UNSAVED_TOP;
+
+/// What an eviction keeps of a coroutine `depth` bytes deep.
+fn kept(depth: usize) -> usize {
+    depth.saturating_sub(UNSAVED)
+}
+
 // The tests drive the copying hooks by hand, on one thread, with nothing running on the
 // region; every `sp` they pass comes from `run`, so it lies inside the region. These
 // wrappers state that once.
@@ -50,11 +58,12 @@ fn pattern(id: u8, offset: usize) -> u8 {
     id.wrapping_mul(31) ^ (offset % 253) as u8
 }
 
-/// Whether `[top - depth, top)` holds `id`'s pattern.
+/// Whether the kept part of `[top - depth, top)` (all but the top [`UNSAVED`] bytes) holds
+/// `id`'s pattern.
 fn holds_pattern(slot: &SharedSlot, id: u8, depth: usize) -> bool {
     let top = slot.top().as_ptr();
     // SAFETY: reading the region, which is mapped and read-write.
-    (1..=depth).all(|offset| unsafe { top.sub(offset).read() } == pattern(id, offset))
+    (UNSAVED + 1..=depth).all(|offset| unsafe { top.sub(offset).read() } == pattern(id, offset))
 }
 
 #[test]
@@ -68,6 +77,9 @@ fn all_slots_share_the_region_top_and_size() {
         assert_eq!(slot.top().as_ptr() as usize % 16, 0);
     }
     const { assert!(<SharedSlot as Stack>::COPYING) };
+    // The context's link and entry words, and nothing more (spindle-coro checks the bound).
+    const { assert!(UNSAVED == 16) };
+    const { assert!(<spindle_stack::FixedStack as Stack>::UNSAVED_TOP == 0) };
     const { assert!(!<spindle_stack::FixedStack as Stack>::COPYING) };
 }
 
@@ -106,7 +118,7 @@ fn resuming_from_a_running_coroutine_on_the_same_region_is_busy() {
     assert!(holds_pattern(&a, 1, 256));
     suspend(&a, sp);
     resume(&b, None).unwrap();
-    assert_eq!(a.saved_len(), 256);
+    assert_eq!(a.saved_len(), kept(256));
 }
 
 #[test]
@@ -121,8 +133,8 @@ fn save_buffers_are_sized_to_what_is_used() {
     };
     switch_to(&b, &a, 100 * KIB, 1);
     switch_to(&a, &b, 100, 2); // evicts a: 100 KiB saved
-    assert_eq!(a.saved_len(), 100 * KIB);
-    assert!(a.capacity() >= 100 * KIB);
+    assert_eq!(a.saved_len(), kept(100 * KIB));
+    assert!(a.capacity() >= kept(100 * KIB));
     // A restarts shallow (a new coroutine in the slot, for the test's purposes).
     finish(&a);
     assert_eq!(
@@ -132,7 +144,7 @@ fn save_buffers_are_sized_to_what_is_used() {
     );
     switch_to(&b, &a, 200, 3);
     switch_to(&a, &b, 100, 2);
-    assert_eq!(a.saved_len(), 200);
+    assert_eq!(a.saved_len(), kept(200));
     assert!(a.capacity() < 8 * KIB, "capacity {}", a.capacity());
 }
 
@@ -164,14 +176,14 @@ fn a_slot_made_after_a_drop_starts_clean() {
     resume(&b, None).unwrap(); // evicts a: a's 700 bytes in its save buffer
     let b_sp = run(&b, 2, 300);
     suspend(&b, b_sp);
-    assert_eq!(a.saved_len(), 700);
+    assert_eq!(a.saved_len(), kept(700));
     drop(a);
     let c = region.slot();
     assert_eq!(c.saved_len(), 0);
     assert!(!c.is_occupant());
     resume(&c, None).unwrap(); // evicts b, restores nothing
     assert!(c.is_occupant() && !b.is_occupant());
-    assert_eq!(b.saved_len(), 300);
+    assert_eq!(b.saved_len(), kept(300));
     let c_sp = run(&c, 3, 100);
     suspend(&c, c_sp);
     resume(&b, Some(b_sp)).unwrap();
@@ -321,7 +333,7 @@ proptest! {
             for (i, slot) in slots.iter().enumerate() {
                 prop_assert_eq!(slot.is_occupant(), occupant == Some(i), "slot {}", i);
                 let expected_saved = match model[i] {
-                    Coroutine::Suspended { depth } if occupant != Some(i) => depth,
+                    Coroutine::Suspended { depth } if occupant != Some(i) => kept(depth),
                     _ => 0,
                 };
                 prop_assert_eq!(slot.saved_len(), expected_saved, "slot {} in {:?}", i, model[i]);
