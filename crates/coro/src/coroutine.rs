@@ -935,9 +935,6 @@ impl Builder {
         let in_place = mem::size_of::<F>() <= MAX_CLOSURE_ON_STACK
             && mem::align_of::<F>() <= MAX_CLOSURE_ON_STACK
             && !S::COPYING;
-        // The closure slot sits right under the top, the context's own area right under it. A
-        // copying stack has none (the closure is handed over with the first resume): its
-        // context's top is the region's.
         // A copying stack may leave its top `UNSAVED_TOP` bytes out of what it keeps for a
         // suspended coroutine. Only the context's reserved words lie there, which
         // `STACK_RESERVED`'s contract lets a copying stack drop: a suspended coroutine on it
@@ -951,6 +948,9 @@ impl Builder {
                 "a copying stack may leave at most the context's reserved top bytes unsaved"
             )
         };
+        // The closure slot sits right under the top, the context's own area right under it. A
+        // copying stack has none (the closure is handed over with the first resume): its
+        // context's top is the region's.
         let (slot, vtable): (usize, &'static InitialVtable) = if S::COPYING {
             (top, &Vtables::<F, Input, Yield, Return>::HANDED)
         } else if in_place {

@@ -19,10 +19,10 @@
 //!   copied back when it is resumed — only when ownership changes. The top 16 bytes
 //!   (`Stack::UNSAVED_TOP`) are the context's link and entry words, which a suspended context
 //!   does not need kept (see `spindle_context::STACK_RESERVED`): a 16-byte allocation step less
-//!   per suspended coroutine. A slot's state (saved stack pointer,
-//!   save buffer, owner record) is boxed for a stable address; the region keeps up to 1,024 dropped
-//!   slots' states for the next `slot()` (their save buffers freed), since a region serves many
-//!   short-lived coroutines (skynet: an allocation and a free less per coroutine).
+//!   per suspended coroutine. A slot's state (saved stack pointer, save buffer, owner record) is
+//!   boxed for a stable address; the region keeps up to 1,024 dropped slots' states for the next
+//!   `slot()` (their save buffers freed), since a region serves many short-lived coroutines
+//!   (skynet: an allocation and a free less per coroutine).
 //!
 //! Overflow: every guarded stack is registered in a global append-only registry of slots (chunks
 //! never freed, read with atomics). A `SIGSEGV`/`SIGBUS` handler on an alternate signal stack

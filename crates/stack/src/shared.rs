@@ -18,11 +18,11 @@ use crate::{Stack, os};
 /// different coroutine on the region first copies the occupant's live bytes
 /// (`[its sp, top - 16)`) out to the occupant's heap buffer, then copies the resumed one's
 /// bytes back in. The top 16 bytes ([`UNSAVED_TOP`](Stack::UNSAVED_TOP)) are not kept: they
-/// are spindle-context's link and entry words, which a suspended context does not need. A suspended coroutine therefore costs only the stack it actually uses, which is
-/// how libaco runs 10 million coroutines in under 3 GB. The price is a copy whenever the
-/// region changes hands, so coroutines that are resumed in turn should be spread over
-/// several regions, and a coroutine resumed repeatedly while it stays the occupant pays
-/// nothing.
+/// are spindle-context's link and entry words, which a suspended context does not need. A
+/// suspended coroutine therefore costs only the stack it actually uses, which is how libaco
+/// runs 10 million coroutines in under 3 GB. The price is a copy whenever the region changes
+/// hands, so coroutines that are resumed in turn should be spread over several regions, and a
+/// coroutine resumed repeatedly while it stays the occupant pays nothing.
 ///
 /// Every coroutine gets a [`SharedSlot`] (its claim on the region plus its save buffer),
 /// which is what implements [`Stack`]. All slots of a region have the same
@@ -100,8 +100,8 @@ struct Region {
     /// slots are `!Send`, so this is never observed from another thread.
     occupant: Cell<*const SlotState>,
     /// The occupant's stack pointer when it last suspended (clamped into the region): its kept
-    /// bytes are `[occupant_sp, top - UNSAVED_TOP)`. `None` while there is no occupant or it has not
-    /// suspended yet. Kept here rather than in every slot: only the occupant's is needed.
+    /// bytes are `[occupant_sp, top - UNSAVED_TOP)`. `None` while there is no occupant or it
+    /// has not suspended yet. Kept here rather than in every slot: only the occupant's is needed.
     occupant_sp: Cell<Option<NonNull<u8>>>,
     /// The occupant is running (between `before_resume` and `after_suspend`).
     running: Cell<bool>,
@@ -249,10 +249,10 @@ pub struct SharedSlot {
 /// occupant's, and an evicted coroutine's is `top - UNSAVED_TOP - saved.len()`).
 struct SlotState {
     /// The save buffer, sized exactly: while the slot is not the occupant it holds
-    /// `[sp, top - UNSAVED_TOP)` of the suspended coroutine (`None`: it has no bytes, not started or
-    /// finished); while it is the occupant it holds nothing live and is only kept for the
-    /// next eviction, which reuses it if the depth is the same. A `Cell` (taken and put back)
-    /// so that no borrow flag can fail.
+    /// `[sp, top - UNSAVED_TOP)` of the suspended coroutine (`None`: it has no bytes, not
+    /// started or finished); while it is the occupant it holds nothing live and is only kept
+    /// for the next eviction, which reuses it if the depth is the same. A `Cell` (taken and
+    /// put back) so that no borrow flag can fail.
     saved: Cell<Option<Box<[u8]>>>,
     owner: SlotOwner,
 }
@@ -358,9 +358,10 @@ impl SharedSlot {
         if region.running.get() {
             return Err(StackError::SharedStackBusy);
         }
+        let top = region.mapping.top();
         // Where the kept bytes end: the region's top less the words nobody needs kept (see
-        // `UNSAVED_TOP`). The region is at least a page, so this stays inside it.
-        let kept_top = region.mapping.top().as_ptr().wrapping_sub(UNSAVED_TOP);
+        // `UNSAVED_TOP`). Regions are whole pages; the lengths below are clamped even so.
+        let kept_top = top.as_ptr().wrapping_sub(UNSAVED_TOP);
         let occupant = region.occupant.get();
         // SAFETY: a non-null occupant points to the state of a live slot of this region (see
         // `Region::occupant`); we only use it on this thread.
@@ -371,7 +372,7 @@ impl SharedSlot {
                 // as the copy below must never leave the region (outside it: all of it).
                 let limit = region.mapping.limit();
                 let in_region = limit.as_ptr().addr() <= occupant_sp.as_ptr().addr()
-                    && occupant_sp.as_ptr().addr() <= region.mapping.top().as_ptr().addr();
+                    && occupant_sp.as_ptr().addr() <= top.as_ptr().addr();
                 let occupant_sp = if in_region { occupant_sp } else { limit };
                 // A stack pointer within the unsaved top words leaves nothing to keep.
                 let len = kept_top.addr().saturating_sub(occupant_sp.as_ptr().addr());
