@@ -17,6 +17,7 @@
 use std::cell::Cell;
 use std::convert::Infallible;
 use std::io::{Read, Write};
+use std::mem::MaybeUninit;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The response body.
@@ -60,9 +61,11 @@ const MAX_HEADERS: usize = 32;
 /// Parses the request at the start of `buf` in full (`httparse`: method, target, version and
 /// every header field), as TechEmpower's rules ask of a server.
 pub fn parse(buf: &[u8]) -> Parsed {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut headers);
-    let head_len = match req.parse(buf) {
+    // Uninitialised slots: httparse writes those it fills, and zeroing all 32 (1 KiB) for a
+    // request of a field or two costs about a tenth of the parse.
+    let mut headers = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let head_len = match req.parse_with_uninit_headers(buf, &mut headers) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => {
             return Parsed::Bad("431 Request Header Fields Too Large");
