@@ -441,6 +441,11 @@ impl<T: Task> WorkStealing<T> {
         if let Some(task) = self.pop_global_batch(me, local) {
             return Some(plain(task));
         }
+        // Checked here as well as in `steal`, which is not inlined: a lone worker, which has
+        // nobody to steal from, pays no call each time it runs dry.
+        if self.workers.len() < 2 {
+            return None;
+        }
         self.steal(w, local).map(plain)
     }
 

@@ -23,7 +23,7 @@ use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
 use crate::error::StackError;
@@ -294,6 +294,9 @@ struct PoolInner {
     /// Bytes committed when a stack is mapped or after it is shrunk.
     initial_commit: usize,
     shared: Mutex<Vec<PoolEntry>>,
+    /// `shared`'s length, stored under its lock whenever it changes: `shared_pooled` reads it
+    /// without the lock (a runtime's worker asks each time it goes to sleep).
+    shared_len: AtomicUsize,
     counters: SharedCounters,
     /// Counters of the threads that have a cache for this pool (each written by its thread
     /// only, so the hot path never contends on a shared cache line).
@@ -453,6 +456,7 @@ impl StackPool {
                 kind,
                 initial_commit,
                 shared: Mutex::new(Vec::new()),
+                shared_len: AtomicUsize::new(0),
                 counters: SharedCounters::default(),
                 threads: Mutex::new(Vec::new()),
             }),
@@ -539,7 +543,12 @@ impl StackPool {
     #[cold]
     fn get_uncached(&self) -> Result<PooledStack, StackError> {
         let inner = &self.inner;
-        let pooled = lock(&inner.shared).pop();
+        let pooled = {
+            let mut shared = lock(&inner.shared);
+            let entry = shared.pop();
+            inner.shared_len.store(shared.len(), Ordering::Relaxed);
+            entry
+        };
         if let Some(entry) = pooled {
             bump(&inner.counters.from_shared_pool);
             return Ok(PooledStack::new(entry, Arc::clone(inner)));
@@ -591,7 +600,7 @@ impl StackPool {
 
     /// How many stacks the shared pool holds.
     pub fn shared_pooled(&self) -> usize {
-        lock(&self.inner.shared).len()
+        self.inner.shared_len.load(Ordering::Relaxed)
     }
 
     /// How many stacks of this pool the calling thread's cache holds.
@@ -662,7 +671,9 @@ impl StackPool {
                 if shared.len() <= keep_shared {
                     break;
                 }
-                shared.pop()
+                let entry = shared.pop();
+                self.inner.shared_len.store(shared.len(), Ordering::Relaxed);
+                entry
             };
             let Some(entry) = excess else { break };
             self.inner.unmap(entry);
@@ -767,6 +778,7 @@ impl PoolInner {
             let mut shared = lock(&self.shared);
             if shared.len() < self.config.max_pooled && shared.try_reserve(1).is_ok() {
                 shared.push(entry);
+                self.shared_len.store(shared.len(), Ordering::Relaxed);
                 None
             } else {
                 Some(entry)
