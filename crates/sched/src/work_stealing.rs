@@ -441,8 +441,8 @@ impl<T: Task> WorkStealing<T> {
         if let Some(task) = self.pop_global_batch(me, local) {
             return Some(plain(task));
         }
-        // Checked here as well as in `steal`, which is not inlined: a lone worker, which has
-        // nobody to steal from, pays no call each time it runs dry.
+        // A lone worker has nobody to steal from: checked here, before the call, so that it
+        // pays none each time it runs dry.
         if self.workers.len() < 2 {
             return None;
         }
@@ -474,12 +474,11 @@ impl<T: Task> WorkStealing<T> {
         }
     }
 
-    /// Steals from the other workers: half a deque, else a stealable run-next.
+    /// Steals from the other workers: half a deque, else a stealable run-next. There must be
+    /// two workers or more (its caller checks).
     fn steal(&self, w: usize, local: &mut Local<T>) -> Option<T> {
         let n = self.workers.len();
-        if n < 2 {
-            return None;
-        }
+        debug_assert!(n >= 2, "steal with {n} workers");
         let me = &self.workers[w];
         let start = (xorshift(&mut local.rng) % (n as u64 - 1)) as usize;
         let victims = || (0..n - 1).map(move |k| (w + 1 + (start + k) % (n - 1)) % n);
