@@ -218,17 +218,22 @@ macro_rules! policy_suite {
             #[test]
             fn a_cancel_guard_defers_cancellation() {
                 let rt = rt(1);
-                let reached = Arc::new(AtomicBool::new(false));
-                let r = reached.clone();
+                let (entered, reached) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+                let (e, r) = (entered.clone(), reached.clone());
                 let h = rt.spawn(move || {
                     {
                         let _g = spindle_rt::CancelGuard::new();
+                        e.store(true, Ordering::SeqCst);
                         spindle_rt::sleep(Duration::from_millis(40)); // not interrupted
                         r.store(true, Ordering::SeqCst);
                     }
                     spindle_rt::sleep(Duration::from_secs(3600)); // cancelled here
                 });
-                std::thread::sleep(Duration::from_millis(10));
+                // Cancel once the guard is held (a slow start, as under an emulator, must not
+                // let the cancel arrive before it).
+                while !entered.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
                 h.cancel();
                 assert!(h.join().unwrap_err().is_cancelled());
                 assert!(reached.load(Ordering::SeqCst), "the guarded section completed");
